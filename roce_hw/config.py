@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Build-time configuration: one frozen object that every block derives its sizes from."""
+
+from dataclasses import dataclass
+
+__all__ = ["DATA_WIDTHS", "check_data_width", "EngineConfig"]
+
+#: The datapath widths the generator supports, in bits.
+DATA_WIDTHS = (64, 128, 256, 512, 1024)
+
+
+def check_data_width(data_width):
+    """Return ``data_width`` if it is supported, else raise ``ValueError`` naming the valid ones."""
+    if isinstance(data_width, bool) or not isinstance(data_width, int):
+        raise TypeError(f"data width must be an integer number of bits, not {data_width!r}")
+    if data_width not in DATA_WIDTHS:
+        raise ValueError(f"data width {data_width} is not supported; choose one of "
+                         + ", ".join(str(w) for w in DATA_WIDTHS) + " bits")
+    return data_width
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Parameters of a RoCEv2 TX engine build.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of :data:`DATA_WIDTHS`. The assumed clock is 156.25 MHz at 64 bits
+        (10G) and 322 MHz at 512/1024 bits (100G/200G-class MACs).
+    n_qp : int
+        Number of queue pairs in the QP/PSN state RAM (1 to 16384).
+    ack_req_every : int
+        AckReq is set on the last packet of every message and at least every this many packets
+        of a long message (rxe uses 64+2; 1 to 2**16).
+    """
+    data_width: int = 512
+    n_qp: int = 16
+    ack_req_every: int = 64
+
+    def __post_init__(self):
+        check_data_width(self.data_width)
+        if isinstance(self.n_qp, bool) or not isinstance(self.n_qp, int) or \
+                not 1 <= self.n_qp <= 16384:
+            raise ValueError(f"n_qp must be an integer from 1 to 16384, not {self.n_qp!r}")
+        if isinstance(self.ack_req_every, bool) or not isinstance(self.ack_req_every, int) or \
+                not 1 <= self.ack_req_every <= 1 << 16:
+            raise ValueError(f"ack_req_every must be an integer from 1 to 65536, "
+                             f"not {self.ack_req_every!r}")
+
+    @property
+    def data_bytes(self):
+        """Bytes per bus beat."""
+        return self.data_width // 8

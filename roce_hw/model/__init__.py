@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Pure-Python golden models (no Amaranth import): packets, iCRC, PSN arithmetic, segmentation."""

@@ -1,0 +1,459 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""The one RoCEv2 protocol definition: header field lists in wire order, opcodes, syndromes, tables.
+
+This module is pure Python (no Amaranth import) so that the golden models in :mod:`roce_hw.model`
+can use it without depending on the hardware. The hardware builds its ``data.StructLayout``\\ s from
+the very same field lists (:mod:`roce_hw.layouts`), so hardware, models and tests share one
+declaration of every header.
+
+Field lists are in **wire order**: the first field is the most significant bits of the first byte
+on the wire; within a byte the first field listed takes the most significant bits (IBTA / RFC
+bit-numbering, "bit 7 = MSB"). All multi-byte fields are big-endian (network byte order).
+
+Sources for every value are in ``../shared/PROTOCOL.md`` (Linux ``rxe``, ``ib_pack.h``, Wireshark,
+scapy ``contrib.roce``; IBTA Vol. 1 Annex 17 for RoCEv2).
+"""
+
+import enum
+
+__all__ = [
+    "Header",
+    "ETH", "VLAN_TAG", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH", "DETH",
+    "CNP_PAD", "CM_DATAGRAM",
+    "Opcode", "Transport", "OPCODE_HEADERS", "opcode_headers",
+    "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
+    "aeth_syndrome", "aeth_decode",
+    "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
+    "QPState", "WrOpcode", "CmReq", "CmAck",
+    "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
+    "ETHERTYPE_VLAN", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
+    "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
+]
+
+
+class Header:
+    """A protocol header: named bit fields in wire order.
+
+    Parameters
+    ----------
+    name : str
+        Header name, e.g. ``"BTH"``.
+    fields : list of (str, int)
+        ``(field name, width in bits)`` in wire order (MSB of the first byte first). The total
+        must be a whole number of bytes.
+    defaults : dict, optional
+        Values used by :meth:`pack` for fields that are not given (everything else defaults to 0).
+
+    Attributes
+    ----------
+    size : int
+        Size in bytes.
+    bits : int
+        Size in bits.
+    fields : tuple of (str, int)
+    """
+
+    def __init__(self, name, fields, defaults=None):
+        self.name = name
+        self.fields = tuple((str(n), int(w)) for n, w in fields)
+        self.bits = sum(w for _, w in self.fields)
+        if self.bits % 8:
+            raise ValueError(f"{name}: {self.bits} bits is not a whole number of bytes")
+        names = [n for n, _ in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{name}: duplicate field names")
+        self.size = self.bits // 8
+        self.defaults = dict(defaults or {})
+        for key in self.defaults:
+            if key not in names:
+                raise ValueError(f"{name}: default for unknown field {key!r}")
+        self._widths = dict(self.fields)
+        self._shift = {}
+        pos = self.bits
+        for n, w in self.fields:
+            pos -= w
+            self._shift[n] = pos     # LSB position of the field in the big-endian integer
+
+    def __repr__(self):
+        return f"Header({self.name!r}, {self.size} bytes)"
+
+    def __contains__(self, field):
+        return field in self._widths
+
+    def width(self, field):
+        """Width of ``field`` in bits."""
+        return self._widths[field]
+
+    def offset(self, field):
+        """``(byte offset, bit offset within that byte counted from the MSB)`` of a field's first bit."""
+        first = self.bits - self._shift[field] - self._widths[field]
+        return first // 8, first % 8
+
+    def byte_span(self, field):
+        """``range`` of the byte offsets a field occupies."""
+        first = self.bits - self._shift[field] - self._widths[field]
+        last = self.bits - self._shift[field] - 1
+        return range(first // 8, last // 8 + 1)
+
+    def lsb(self, field):
+        """Position of a field's least significant bit in the header read as a big-endian integer.
+
+        This is also the field's offset in an Amaranth ``StructLayout`` built from this header
+        (see :func:`roce_hw.layouts.network_struct`).
+        """
+        return self._shift[field]
+
+    def pack_int(self, values=None, **kwargs):
+        """The header as a big-endian integer; unknown fields or out-of-range values raise."""
+        v = dict(self.defaults)
+        v.update(values or {})
+        v.update(kwargs)
+        word = 0
+        for key, val in v.items():
+            if key not in self._widths:
+                raise KeyError(f"{self.name} has no field {key!r}")
+            val = int(val)
+            w = self._widths[key]
+            if not 0 <= val < (1 << w):
+                raise ValueError(f"{self.name}.{key} = {val:#x} does not fit in {w} bits")
+            word |= val << self._shift[key]
+        return word
+
+    def pack(self, values=None, **kwargs):
+        """Wire bytes of the header."""
+        return self.pack_int(values, **kwargs).to_bytes(self.size, "big")
+
+    def unpack(self, buf, offset=0):
+        """Decode ``self.size`` bytes of ``buf`` at ``offset`` into a ``dict`` of field values."""
+        chunk = bytes(buf[offset:offset + self.size])
+        if len(chunk) != self.size:
+            raise ValueError(f"{self.name}: need {self.size} bytes at offset {offset}, "
+                             f"have {len(chunk)}")
+        word = int.from_bytes(chunk, "big")
+        return {n: (word >> self._shift[n]) & ((1 << w) - 1) for n, w in self.fields}
+
+
+# --- Layer 2/3/4 -------------------------------------------------------------------------------
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+ETHERTYPE_VLAN = 0x8100
+IP_PROTO_UDP = 17
+ROCEV2_UDP_PORT = 4791          #: IANA RoCEv2 port
+CM_UDP_PORT = 0x4321            #: the UDP connection manager of PROTOCOL.md §7
+CM_REPLY_UDP_PORT = 0x4322      #: where the reference host tools listen for CM replies
+
+#: Ethernet II header (14 bytes). An 802.1Q tag, when present, sits between ``src`` and
+#: ``ethertype`` (see :data:`VLAN_TAG`).
+ETH = Header("ETH", [("dst", 48), ("src", 48), ("ethertype", 16)],
+             defaults={"ethertype": ETHERTYPE_IPV4})
+
+#: IEEE 802.1Q tag (4 bytes) as it appears after the source MAC: TPID, PCP, DEI, VID.
+VLAN_TAG = Header("VLAN_TAG", [("tpid", 16), ("pcp", 3), ("dei", 1), ("vid", 12)],
+                  defaults={"tpid": ETHERTYPE_VLAN})
+
+#: IPv4 header without options (RFC 791), 20 bytes. RoCEv2 senders set DF and never fragment.
+IPV4 = Header("IPV4", [
+    ("version", 4), ("ihl", 4), ("dscp", 6), ("ecn", 2), ("total_length", 16),
+    ("identification", 16), ("flag_rsv", 1), ("flag_df", 1), ("flag_mf", 1), ("frag_offset", 13),
+    ("ttl", 8), ("protocol", 8), ("checksum", 16),
+    ("src", 32), ("dst", 32),
+], defaults={"version": 4, "ihl": 5, "flag_df": 1, "ttl": 64, "protocol": IP_PROTO_UDP})
+
+#: IPv6 fixed header (RFC 8200), 40 bytes.
+IPV6 = Header("IPV6", [
+    ("version", 4), ("traffic_class", 8), ("flow_label", 20),
+    ("payload_length", 16), ("next_header", 8), ("hop_limit", 8),
+    ("src", 128), ("dst", 128),
+], defaults={"version": 6, "next_header": IP_PROTO_UDP, "hop_limit": 64})
+
+#: UDP header (RFC 768), 8 bytes. RoCEv2 senders put 0 in the checksum.
+UDP = Header("UDP", [("src_port", 16), ("dst_port", 16), ("length", 16), ("checksum", 16)],
+             defaults={"dst_port": ROCEV2_UDP_PORT})
+
+# --- InfiniBand transport headers (IBTA Vol. 1 §9.2-9.3; rxe_hdr.h) --------------------------
+
+#: Base Transport Header, 12 bytes (PROTOCOL.md §5.2). ``fecn``/``becn``/``resv6`` form the
+#: iCRC-masked byte 4 ("Resv8a").
+BTH = Header("BTH", [
+    ("opcode", 8), ("se", 1), ("migreq", 1), ("pad_cnt", 2), ("tver", 4), ("p_key", 16),
+    ("fecn", 1), ("becn", 1), ("resv6", 6), ("dest_qp", 24),
+    ("ack_req", 1), ("resv7", 7), ("psn", 24),
+], defaults={"p_key": 0xFFFF})
+
+#: RDMA Extended Transport Header, 16 bytes: VA, R_Key, DMA length of the whole message.
+RETH = Header("RETH", [("va", 64), ("r_key", 32), ("dma_length", 32)])
+
+#: ACK Extended Transport Header, 4 bytes: syndrome (bit 7 reserved, 6:5 type, 4:0 value) and MSN.
+AETH = Header("AETH", [("syndrome", 8), ("msn", 24)])
+
+#: Immediate data, 4 bytes, opaque (copied as a big-endian 32-bit word).
+IMMDT = Header("IMMDT", [("imm", 32)])
+
+#: Invalidate Extended Transport Header, 4 bytes.
+IETH = Header("IETH", [("r_key", 32)])
+
+#: Datagram Extended Transport Header, 8 bytes (UD).
+DETH = Header("DETH", [("q_key", 32), ("resv", 8), ("src_qp", 24)])
+
+#: The 16 reserved zero bytes that follow the BTH of a RoCEv2 CNP (PROTOCOL.md §5.11).
+CNP_PAD = Header("CNP_PAD", [("reserved", 128)])
+
+#: The 64-byte UDP connection-manager datagram of 100G-verilog-RoCEv2-lite (PROTOCOL.md §7).
+#: Byte 0 is ``ack_type[7:5] ack_valid[4] req_type[3:1] valid[0]``; byte 51 is
+#: ``resv[7:4] tx_type[3] tx_immediate[2] tx_start[1] tx_valid[0]``.
+CM_DATAGRAM = Header("CM_DATAGRAM", [
+    ("ack_type", 3), ("ack_valid", 1), ("req_type", 3), ("valid", 1),
+    ("loc_qpn", 32), ("loc_psn", 32), ("loc_r_key", 32), ("loc_base_addr", 64), ("loc_ip", 32),
+    ("rem_qpn", 32), ("rem_psn", 32), ("rem_r_key", 32), ("rem_base_addr", 64), ("rem_ip", 32),
+    ("reply_port", 16),
+    ("tx_resv", 4), ("tx_type", 1), ("tx_immediate", 1), ("tx_start", 1), ("tx_valid", 1),
+    ("tx_dma_length", 32), ("tx_n_transfers", 32), ("tx_period", 32),
+])
+CM_DATAGRAM_BYTES = 64
+
+ICRC_BYTES = 4
+PSN_BITS = 24
+PSN_MASK = (1 << PSN_BITS) - 1
+QPN_MASK = 0xFFFFFF
+GSI_QKEY = 0x80010000           #: Q_Key of QP1 (GSI) MADs
+LOCAL_QPN_BASE = 256            #: local QPN = 256 + QP index, as in the reference design
+
+
+# --- Opcodes (IBTA Vol. 1 Table 38; ib_pack.h) ---------------------------------------------
+
+class Transport(enum.IntEnum):
+    """BTH opcode bits [7:5]."""
+    RC = 0x00   #: reliable connection
+    UC = 0x20   #: unreliable connection
+    RD = 0x40   #: reliable datagram
+    UD = 0x60   #: unreliable datagram
+    CNP = 0x80  #: RoCEv2 congestion notification
+    XRC = 0xA0  #: extended reliable connection
+
+
+class Opcode(enum.IntEnum):
+    """Every RC, UC and UD opcode and the RoCEv2 CNP (8 bits, the BTH ``opcode`` field)."""
+    RC_SEND_FIRST = 0x00
+    RC_SEND_MIDDLE = 0x01
+    RC_SEND_LAST = 0x02
+    RC_SEND_LAST_WITH_IMMEDIATE = 0x03
+    RC_SEND_ONLY = 0x04
+    RC_SEND_ONLY_WITH_IMMEDIATE = 0x05
+    RC_RDMA_WRITE_FIRST = 0x06
+    RC_RDMA_WRITE_MIDDLE = 0x07
+    RC_RDMA_WRITE_LAST = 0x08
+    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09
+    RC_RDMA_WRITE_ONLY = 0x0A
+    RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B
+    RC_RDMA_READ_REQUEST = 0x0C
+    RC_RDMA_READ_RESPONSE_FIRST = 0x0D
+    RC_RDMA_READ_RESPONSE_MIDDLE = 0x0E
+    RC_RDMA_READ_RESPONSE_LAST = 0x0F
+    RC_RDMA_READ_RESPONSE_ONLY = 0x10
+    RC_ACKNOWLEDGE = 0x11
+    RC_ATOMIC_ACKNOWLEDGE = 0x12
+    RC_COMPARE_SWAP = 0x13
+    RC_FETCH_ADD = 0x14
+    RC_SEND_LAST_WITH_INVALIDATE = 0x16
+    RC_SEND_ONLY_WITH_INVALIDATE = 0x17
+    RC_FLUSH = 0x1C
+    RC_ATOMIC_WRITE = 0x1D
+
+    UC_SEND_FIRST = 0x20
+    UC_SEND_MIDDLE = 0x21
+    UC_SEND_LAST = 0x22
+    UC_SEND_LAST_WITH_IMMEDIATE = 0x23
+    UC_SEND_ONLY = 0x24
+    UC_SEND_ONLY_WITH_IMMEDIATE = 0x25
+    UC_RDMA_WRITE_FIRST = 0x26
+    UC_RDMA_WRITE_MIDDLE = 0x27
+    UC_RDMA_WRITE_LAST = 0x28
+    UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29
+    UC_RDMA_WRITE_ONLY = 0x2A
+    UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2B
+
+    UD_SEND_ONLY = 0x64
+    UD_SEND_ONLY_WITH_IMMEDIATE = 0x65
+
+    CNP = 0x81  #: RoCEv2 CNP as it appears on the wire (ib_pack.h IB_OPCODE_CNP = 0x80 base)
+
+    @property
+    def transport(self):
+        return Transport(self & 0xE0)
+
+    @property
+    def short_name(self):
+        """Name without the transport prefix, e.g. ``RDMA_WRITE_FIRST``."""
+        return self.name.split("_", 1)[1] if self.name != "CNP" else "CNP"
+
+
+_RC_EXT = {
+    0x00: (), 0x01: (), 0x02: (), 0x03: ("IMMDT",), 0x04: (), 0x05: ("IMMDT",),
+    0x06: ("RETH",), 0x07: (), 0x08: (), 0x09: ("IMMDT",), 0x0A: ("RETH",),
+    0x0B: ("RETH", "IMMDT"),
+    0x0C: ("RETH",), 0x0D: ("AETH",), 0x0E: (), 0x0F: ("AETH",), 0x10: ("AETH",),
+    0x11: ("AETH",), 0x12: ("AETH", "ATOMICACKETH"), 0x13: ("ATOMICETH",),
+    0x14: ("ATOMICETH",), 0x16: ("IETH",), 0x17: ("IETH",), 0x1C: ("FETH", "RETH"),
+    0x1D: ("RETH",),
+}
+
+_EXTRA_HEADERS = {
+    "ATOMICETH": Header("ATOMICETH", [("va", 64), ("r_key", 32), ("swap_add", 64), ("compare", 64)]),
+    "ATOMICACKETH": Header("ATOMICACKETH", [("orig", 64)]),
+    "FETH": Header("FETH", [("resv", 26), ("sel", 2), ("plt", 4)]),
+}
+
+_BY_NAME = {"RETH": RETH, "AETH": AETH, "IMMDT": IMMDT, "IETH": IETH, "DETH": DETH,
+            "CNP_PAD": CNP_PAD, **_EXTRA_HEADERS}
+
+
+def _build_opcode_headers():
+    table = {}
+    for op in Opcode:
+        low = op & 0x1F
+        if op.transport in (Transport.RC, Transport.UC):
+            names = _RC_EXT[low]
+        elif op == Opcode.UD_SEND_ONLY:
+            names = ("DETH",)
+        elif op == Opcode.UD_SEND_ONLY_WITH_IMMEDIATE:
+            names = ("DETH", "IMMDT")
+        elif op == Opcode.CNP:
+            names = ("CNP_PAD",)
+        else:  # pragma: no cover - every enum member is covered above
+            raise AssertionError(op)
+        table[op] = tuple(_BY_NAME[n] for n in names)
+    return table
+
+
+#: ``Opcode -> tuple of Header`` of the extension headers that follow the BTH, in wire order
+#: (PROTOCOL.md §5.3-5.4: BTH, [DETH], [RETH | AtomicETH], [ImmDt | IETH], [AETH], ...).
+OPCODE_HEADERS = _build_opcode_headers()
+
+
+def opcode_headers(opcode):
+    """Extension headers after the BTH for ``opcode`` (an :class:`Opcode` or int); raises
+    ``ValueError`` for a reserved/unknown opcode."""
+    try:
+        return OPCODE_HEADERS[Opcode(opcode)]
+    except ValueError:
+        raise ValueError(f"unknown or reserved BTH opcode {int(opcode):#04x}") from None
+
+
+# --- AETH syndromes (PROTOCOL.md §5.5) ---------------------------------------------------------
+
+class AethType(enum.IntEnum):
+    """AETH syndrome bits [6:5]."""
+    ACK = 0        #: ACK; bits [4:0] are the credit code
+    RNR_NAK = 1    #: receiver not ready; bits [4:0] are the RNR timer code
+    RESERVED = 2
+    NAK = 3        #: NAK; bits [4:0] are a :class:`NakCode`
+
+
+class NakCode(enum.IntEnum):
+    PSN_SEQUENCE_ERROR = 0          #: syndrome 0x60
+    INVALID_REQUEST = 1             #: syndrome 0x61
+    REMOTE_ACCESS_ERROR = 2         #: syndrome 0x62
+    REMOTE_OPERATIONAL_ERROR = 3    #: syndrome 0x63
+    INVALID_RD_REQUEST = 4          #: syndrome 0x64
+
+
+AETH_ACK_UNLIMITED = 0x1F   #: ACK credit code 31: no end-to-end credits (rxe always sends it)
+
+#: ACK credit code (0-30) -> number of credits (rdmavt rc.c ``credit_table``).
+CREDIT_TABLE = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+
+#: RNR NAK timer code (0-31) -> minimum delay in microseconds (IBTA Table 45; tshark's
+#: value strings; rxe's ``rnrnak_usec`` has a typo for code 25).
+RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+                2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+                163840, 245760, 327680, 491520)
+
+
+def aeth_syndrome(kind, code):
+    """Syndrome byte from an :class:`AethType` and its 5-bit code."""
+    kind = AethType(kind)
+    if not 0 <= int(code) < 32:
+        raise ValueError(f"AETH code {code} does not fit in 5 bits")
+    return (int(kind) << 5) | int(code)
+
+
+def aeth_decode(syndrome):
+    """``(AethType, code)`` of a syndrome byte; bit 7 is reserved and ignored."""
+    return AethType((syndrome >> 5) & 3), syndrome & 0x1F
+
+
+# --- Path MTU --------------------------------------------------------------------------------
+
+class Pmtu(enum.IntEnum):
+    """``enum ib_mtu``: the path MTU code (payload bytes per packet)."""
+    MTU_256 = 1
+    MTU_512 = 2
+    MTU_1024 = 3
+    MTU_2048 = 4
+    MTU_4096 = 5
+
+
+PMTU_BYTES = {Pmtu.MTU_256: 256, Pmtu.MTU_512: 512, Pmtu.MTU_1024: 1024,
+              Pmtu.MTU_2048: 2048, Pmtu.MTU_4096: 4096}
+
+
+def pmtu_bytes(code):
+    """Payload bytes for a PMTU code (1-5)."""
+    try:
+        return PMTU_BYTES[Pmtu(code)]
+    except ValueError:
+        raise ValueError(f"PMTU code {code!r} is not one of 1..5 (256..4096 bytes)") from None
+
+
+def pmtu_code(nbytes):
+    """PMTU code for 256, 512, 1024, 2048 or 4096 bytes."""
+    for code, n in PMTU_BYTES.items():
+        if n == nbytes:
+            return code
+    raise ValueError(f"PMTU of {nbytes} bytes is not one of 256, 512, 1024, 2048, 4096")
+
+
+# --- Verbs-level enumerations ----------------------------------------------------------------
+
+class QPState(enum.IntEnum):
+    """``enum ibv_qp_state`` values (libibverbs)."""
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    SQD = 4
+    SQE = 5
+    ERROR = 6
+
+
+class WrOpcode(enum.IntEnum):
+    """``enum ibv_wr_opcode`` values (libibverbs) for the operations a work request can ask for."""
+    RDMA_WRITE = 0
+    RDMA_WRITE_WITH_IMM = 1
+    SEND = 2
+    SEND_WITH_IMM = 3
+    RDMA_READ = 4
+
+
+# --- UDP connection manager (PROTOCOL.md §7) -------------------------------------------------
+
+class CmReq(enum.IntEnum):
+    """``req_type`` of the CM datagram."""
+    NULL = 0
+    OPEN_QP = 1
+    SEND_QP_INFO = 2
+    MODIFY_QP_RTS = 3
+    CLOSE_QP = 4
+    FETCH_QP_INFO = 5
+    ERROR = 7
+
+
+class CmAck(enum.IntEnum):
+    """``ack_type`` of the CM datagram."""
+    NULL = 0
+    ACK = 1
+    NO_QP = 2
+    NAK = 3
+    ERROR = 7

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Packet stream conventions shared by every block.
+
+Every data path is an ``amaranth.lib.stream.Signature(packet_layout(width))``:
+
+* ``data`` -- ``width`` bits; **wire byte 0 of the beat is ``data[7:0]``** (AXI-Stream lane order).
+* ``keep`` -- ``width // 8`` bits, ``keep[i]`` qualifies byte lane ``i``. Keep is contiguous from
+  bit 0 and all ones on every beat except possibly the one with ``last``; a ``last`` beat has
+  at least one byte. Bytes in lanes whose ``keep`` is 0 are don't-care (blocks must not depend
+  on them, and do not promise to zero them unless they say so).
+* ``first`` -- set on the first beat of a packet; ``last`` -- set on its last beat.
+
+Header channels: per-packet header values travel on a **separate stream, one transfer per
+packet** (the verilog-ethernet ``hdr_valid/hdr_ready`` pattern), never as a field held across
+the packet's beats.
+
+Streams obey the rules of ``amaranth.lib.stream``: ``valid`` never depends on ``ready``, and
+once ``valid`` is asserted the payload is held until the transfer.
+"""
+
+from amaranth import *
+from amaranth.lib import data, stream
+
+from .config import check_data_width
+
+__all__ = ["packet_layout", "PacketSignature", "keep_to_count", "count_to_keep"]
+
+
+def packet_layout(width):
+    """Payload layout of a packet beat: ``{data, keep, first, last}``."""
+    check_data_width(width)
+    return data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1})
+
+
+def PacketSignature(width):
+    """``stream.Signature`` carrying :func:`packet_layout` beats."""
+    return stream.Signature(packet_layout(width))
+
+
+def keep_to_count(keep):
+    """Python helper: number of valid bytes of a contiguous ``keep`` integer (raises if not
+    contiguous from bit 0)."""
+    n = keep.bit_length()
+    if keep != (1 << n) - 1:
+        raise ValueError(f"keep {keep:#x} is not contiguous from bit 0")
+    return n
+
+
+def count_to_keep(count):
+    """Python helper: the ``keep`` integer for ``count`` valid bytes."""
+    return (1 << count) - 1

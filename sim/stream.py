@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Async stream bus-functional models for ``amaranth.sim`` testbenches.
+
+Producers insert seeded random idle cycles *between* transfers only (a stream may not drop
+``valid`` once raised); consumers apply seeded random backpressure. Use one testbench per
+producer and one per consumer.
+"""
+
+__all__ = ["beats_of", "stream_put", "stream_get", "send_packet", "recv_packet"]
+
+
+def beats_of(pkt, width):
+    """Split ``pkt`` bytes into bus beats: list of ``dict(data, keep, first, last)``.
+    An empty packet is not a valid bus packet and raises ``ValueError``."""
+    n = width // 8
+    if not pkt:
+        raise ValueError("a bus packet has at least one byte")
+    chunks = [pkt[i:i + n] for i in range(0, len(pkt), n)]
+    return [{"data": int.from_bytes(c, "little"), "keep": (1 << len(c)) - 1,
+             "first": int(i == 0), "last": int(i == len(chunks) - 1)}
+            for i, c in enumerate(chunks)]
+
+
+async def stream_put(ctx, s, payload, *, rng=None, p_idle=0.0):
+    """Transfer one ``payload`` on stream interface ``s`` (the producer side), optionally after
+    random idle cycles; leaves ``valid`` low afterwards."""
+    while rng is not None and p_idle and rng.random() < p_idle:
+        ctx.set(s.valid, 0)
+        await ctx.tick()
+    ctx.set(s.payload, payload)
+    ctx.set(s.valid, 1)
+    await ctx.tick().until(s.ready)
+    ctx.set(s.valid, 0)
+
+
+async def stream_get(ctx, s, *, rng=None, p_stall=0.0):
+    """Receive one payload from stream interface ``s`` (the consumer side), with random
+    backpressure; returns the payload as sampled (a ``data.Const`` for struct payloads)."""
+    while True:
+        ready = not (rng is not None and p_stall and rng.random() < p_stall)
+        ctx.set(s.ready, ready)
+        _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
+        if valid and ready:
+            ctx.set(s.ready, 0)
+            return payload
+
+
+async def send_packet(ctx, s, pkt, width, *, rng=None, p_idle=0.0, garbage=True):
+    """Send ``pkt`` bytes as one packet on ``s``. With ``garbage`` the lanes beyond ``keep`` on
+    the last beat carry random bytes (from ``rng``), which a correct block must ignore."""
+    n = width // 8
+    beats = beats_of(pkt, width)
+    for beat in beats:
+        if garbage and rng is not None and beat["last"]:
+            used = beat["keep"].bit_length()
+            junk = rng.getrandbits(8 * (n - used)) if n > used else 0
+            beat = dict(beat, data=beat["data"] | (junk << (8 * used)))
+        while rng is not None and p_idle and rng.random() < p_idle:
+            ctx.set(s.valid, 0)
+            await ctx.tick()
+        ctx.set(s.payload, beat)
+        ctx.set(s.valid, 1)
+        await ctx.tick().until(s.ready)
+    ctx.set(s.valid, 0)
+
+
+async def recv_packet(ctx, s, width, *, rng=None, p_stall=0.0, check_framing=True):
+    """Receive one packet from ``s`` and return its bytes (only lanes with ``keep`` set).
+
+    With ``check_framing``, asserts the conventions of :mod:`roce_hw.stream`: ``first`` only on
+    the first beat, keep contiguous and full except on ``last``."""
+    n = width // 8
+    out = bytearray()
+    index = 0
+    while True:
+        ready = not (rng is not None and p_stall and rng.random() < p_stall)
+        ctx.set(s.ready, ready)
+        _, _, valid, p = await ctx.tick().sample(s.valid, s.payload)
+        if not (valid and ready):
+            continue
+        keep = int(p.keep)
+        count = keep.bit_length()
+        if check_framing:
+            assert bool(p.first) == (index == 0), f"beat {index}: first={int(p.first)}"
+            assert keep == (1 << count) - 1 and count > 0, f"beat {index}: keep {keep:#x}"
+            assert p.last or count == n, f"beat {index}: partial keep {keep:#x} without last"
+        out += int(p.data).to_bytes(n, "little")[:count]
+        index += 1
+        if p.last:
+            ctx.set(s.ready, 0)
+            return bytes(out)
