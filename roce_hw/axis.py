@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Flat-port Verilog top for RTL integrators: every stream becomes AXI-Stream-style named ports.
+
+Amaranth emits a stream with a struct payload as one wide ``<name>__payload`` vector. An FPGA
+engineer instantiating ``roce_tx`` wants one port per field instead. :class:`FlatTop` wraps any
+component whose members are streams and plain signals and exposes:
+
+* a packet stream (payload ``{data, keep, first, last[, abort]}``) as AXI-Stream:
+  ``s_axis_<name>_tdata/tkeep/tlast/tvalid/tready`` for inputs,
+  ``m_axis_<name>_tdata/tkeep/tlast/tvalid/tready[/tuser]`` for outputs (``tuser`` = ``abort``).
+  ``first`` is derived for inputs (the beat after a ``tlast``, or the first beat after reset)
+  and dropped for outputs, as AXI-Stream has no start-of-packet flag;
+* any other stream as ``s_<name>_valid/ready`` / ``m_<name>_valid/ready`` plus one port per
+  payload field, nested fields joined with ``_`` (``s_qp_mgmt_req_ctx_remote_mac``);
+* a plain signal under its own name.
+
+The wrapper adds no register and no latency: every port is wired straight through, except
+the one-bit ``first`` tracker per input packet stream.
+"""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["FlatTop", "flat_ports"]
+
+_PACKET_FIELDS = {"data", "keep", "first", "last"}
+
+
+def _is_packet(layout):
+    return isinstance(layout, data.StructLayout) and \
+        _PACKET_FIELDS <= set(name for name, _ in layout) <= _PACKET_FIELDS | {"abort"}
+
+
+def _leaves(layout, prefix):
+    """(flat name, path tuple, shape) for every leaf field of a (nested) struct layout."""
+    if isinstance(layout, data.StructLayout):
+        for name, fld in layout:
+            yield from _leaves(fld.shape, prefix + (name,))
+    else:
+        yield "_".join(prefix), prefix, layout
+
+
+def _payload_layout(name, member):
+    sig = member.signature
+    if isinstance(sig, wiring.FlippedSignature):
+        sig = sig.flip()
+    if not isinstance(sig, stream.Signature):
+        raise TypeError(f"member {name!r}: only streams and plain ports can be flattened")
+    return data.Layout.cast(sig.members["payload"].shape)
+
+
+def _get(view, path):
+    for p in path:
+        view = view[p]
+    return view
+
+
+def flat_ports(signature, rename=None):
+    """``{port name: (In/Out member, description)}`` of the flat top for ``signature``: the
+    specification of what :class:`FlatTop` exposes. ``rename`` maps member names to the names
+    used in the flat ports (``{"i": "payload"}`` gives ``s_axis_payload_tdata``)."""
+    members = {}
+    rename = rename or {}
+    for orig, member in signature.members.items():
+        name = rename.get(orig, orig)
+        if member.is_port:
+            members[name] = (member, None)
+            continue
+        sink = member.flow == In   # the component consumes it
+        layout = _payload_layout(name, member)
+        pre = ("s_" if sink else "m_")
+        if _is_packet(layout):
+            base = f"{pre}axis_{name}_"
+            fields = {"tdata": layout["data"].shape, "tkeep": layout["keep"].shape,
+                      "tlast": 1}
+            if not sink and "abort" in (n for n, _ in layout):
+                fields["tuser"] = 1
+            d_in = In if sink else Out
+            for f, shape in fields.items():
+                members[base + f] = (d_in(shape), None)
+            members[base + "tvalid"] = (d_in(1), None)
+            members[base + "tready"] = ((Out if sink else In)(1), None)
+        else:
+            d_in = In if sink else Out
+            for flat, path, shape in _leaves(layout, ()):
+                members[f"{pre}{name}_{flat}"] = (d_in(shape), None)
+            members[f"{pre}{name}_valid"] = (d_in(1), None)
+            members[f"{pre}{name}_ready"] = ((Out if sink else In)(1), None)
+    return members
+
+
+class FlatTop(wiring.Component):
+    """Wrap ``inner`` (a ``wiring.Component``) so that its Verilog has one port per field.
+
+    ``rename`` optionally maps member names of ``inner`` to the names used in the flat ports.
+
+    Latency: none (combinational pass-through); see the module docstring for the naming rules.
+    """
+
+    def __init__(self, inner, rename=None):
+        self._inner = inner
+        self._rename = dict(rename or {})
+        spec = flat_ports(inner.signature, self._rename)
+        super().__init__({name: m for name, (m, _) in spec.items()})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = inner = self._inner
+        for orig, member in inner.signature.members.items():
+            port = getattr(inner, orig)
+            name = self._rename.get(orig, orig)
+            if member.is_port:
+                if member.flow == In:
+                    m.d.comb += port.eq(getattr(self, name))
+                else:
+                    m.d.comb += getattr(self, name).eq(port)
+                continue
+            sink = member.flow == In
+            layout = _payload_layout(name, member)
+            pre = "s_" if sink else "m_"
+            if _is_packet(layout):
+                base = f"{pre}axis_{name}_"
+                tvalid, tready = getattr(self, base + "tvalid"), getattr(self, base + "tready")
+                tdata, tkeep, tlast = (getattr(self, base + f) for f in ("tdata", "tkeep", "tlast"))
+                if sink:
+                    # AXI-Stream has no start-of-packet flag: the first beat is the one after
+                    # a tlast (or the first after reset).
+                    in_packet = Signal(name=f"{name}_in_packet")
+                    with m.If(tvalid & tready):
+                        m.d.sync += in_packet.eq(~tlast)
+                    m.d.comb += [
+                        port.payload.data.eq(tdata), port.payload.keep.eq(tkeep),
+                        port.payload.last.eq(tlast), port.payload.first.eq(~in_packet),
+                        port.valid.eq(tvalid), tready.eq(port.ready),
+                    ]
+                else:
+                    m.d.comb += [
+                        tdata.eq(port.payload.data), tkeep.eq(port.payload.keep),
+                        tlast.eq(port.payload.last), tvalid.eq(port.valid),
+                        port.ready.eq(tready),
+                    ]
+                    if hasattr(self, base + "tuser"):
+                        m.d.comb += getattr(self, base + "tuser").eq(port.payload.abort)
+            else:
+                valid, ready = getattr(self, f"{pre}{name}_valid"), getattr(self, f"{pre}{name}_ready")
+                for flat, path, _ in _leaves(layout, ()):
+                    outer = getattr(self, f"{pre}{name}_{flat}")
+                    inner_field = _get(port.payload, path)
+                    if sink:
+                        m.d.comb += inner_field.eq(outer)
+                    else:
+                        m.d.comb += outer.eq(inner_field)
+                if sink:
+                    m.d.comb += [port.valid.eq(valid), ready.eq(port.ready)]
+                else:
+                    m.d.comb += [valid.eq(port.valid), port.ready.eq(ready)]
+        return m

@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Golden model of the QP/PSN state table: a dict of per-QP context rows (no Amaranth)."""
+
+from .. import proto
+
+__all__ = ["CONTEXT_FIELDS", "QPStateModel"]
+
+#: Field name -> width in bits of a QP context row (the hardware's ``QP_CONTEXT``).
+CONTEXT_FIELDS = {
+    "state": 3, "remote_qpn": 24, "remote_mac": 48, "remote_ip": 32, "udp_sport": 16,
+    "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1, "pmtu": 3, "next_psn": 24, "una_psn": 24,
+    "remote_va": 64, "r_key": 32, "retry_cnt": 3, "rnr_retry": 3, "timeout": 5,
+    "min_rnr_timer": 5,
+}
+
+
+class QPStateModel:
+    """Transaction-level model of ``QPStateTable``: every row starts all-zero (state RESET).
+
+    Within one clock cycle the hardware applies its writes before its reads (reads are
+    transparent), so a cycle is modelled as: the write calls of that cycle, then its reads.
+
+    Parameters
+    ----------
+    n_qp : int
+        Number of rows; indices ``n_qp`` and above are out of range.
+    """
+
+    def __init__(self, n_qp):
+        if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= 16384:
+            raise ValueError(f"n_qp must be an integer from 1 to 16384, not {n_qp!r}")
+        self.n_qp = n_qp
+        self.rows = [self.zero_row() for _ in range(n_qp)]
+        self.dropped = 0
+
+    @staticmethod
+    def zero_row():
+        """An all-zero context row."""
+        return dict.fromkeys(CONTEXT_FIELDS, 0)
+
+    @staticmethod
+    def local_qpn(index):
+        """Local QPN of row ``index`` (256 + index)."""
+        return proto.LOCAL_QPN_BASE + index
+
+    def _check_row(self, ctx):
+        row = self.zero_row()
+        for name, value in ctx.items():
+            if name not in CONTEXT_FIELDS:
+                raise KeyError(f"unknown QP context field {name!r}")
+            if not 0 <= value < 1 << CONTEXT_FIELDS[name]:
+                raise ValueError(f"{name}={value} does not fit {CONTEXT_FIELDS[name]} bits")
+            row[name] = value
+        return row
+
+    def mgmt(self, qp, write, ctx=None):
+        """A management request; returns the response ``{qp, write, error, ctx}``."""
+        if not 0 <= qp < self.n_qp:
+            return {"qp": qp, "write": int(write), "error": 1, "ctx": self.zero_row()}
+        if write:
+            self.rows[qp] = self._check_row(ctx or {})
+        return {"qp": qp, "write": int(write), "error": 0, "ctx": dict(self.rows[qp])}
+
+    def read(self, qp):
+        """The datapath read port: the row, or an all-zero row when out of range."""
+        if not 0 <= qp < self.n_qp:
+            return self.zero_row()
+        return dict(self.rows[qp])
+
+    def tx_upd(self, qp, psn_we, next_psn, state_we, state):
+        """The TX write-back of ``next_psn`` and/or ``state``."""
+        if not 0 <= qp < self.n_qp:
+            self.dropped += 1
+            return
+        if psn_we:
+            self.rows[qp]["next_psn"] = next_psn & proto.PSN_MASK
+        if state_we:
+            self.rows[qp]["state"] = state & 0x7
+
+    def una_upd(self, qp, una_psn):
+        """The ACK handler's write-back of ``una_psn``."""
+        if not 0 <= qp < self.n_qp:
+            self.dropped += 1
+            return
+        self.rows[qp]["una_psn"] = una_psn & proto.PSN_MASK

@@ -1,0 +1,391 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""QP/PSN state RAM: per-queue-pair context rows in ``lib.memory`` with a management port and
+datapath ports."""
+
+from amaranth import *
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from . import proto
+
+__all__ = ["QP_CONTEXT", "MAX_QPS", "qp_index_width", "local_qpn", "qp_index",
+           "mgmt_req_layout", "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout",
+           "QPReadSignature", "QPStateTable"]
+
+#: Largest number of queue pairs a table can hold (``EngineConfig.n_qp`` has the same bound).
+MAX_QPS = 16384
+
+#: One QP context row. ``state`` holds :class:`roce_hw.proto.QPState` values, ``pmtu`` a
+#: :class:`roce_hw.proto.Pmtu` code (1..5); ``next_psn`` is the PSN of the next packet to send,
+#: ``una_psn`` the oldest unacknowledged PSN; ``remote_va``/``r_key`` describe the peer's buffer;
+#: ``retry_cnt``, ``rnr_retry``, ``timeout`` (``ibv_qp_attr.timeout`` exponent) and
+#: ``min_rnr_timer`` are kept for the retransmit logic of a later issue. MACs, IPs and the other
+#: numbers are plain integers (``remote_mac`` 0x0200_0000_0001 is the wire MAC 02:00:00:00:00:01).
+#: The local QPN is not stored: it is :func:`local_qpn` of the row index.
+QP_CONTEXT = data.StructLayout({
+    "state":         3,
+    "remote_qpn":    24,
+    "remote_mac":    48,
+    "remote_ip":     32,
+    "udp_sport":     16,
+    "dscp":          6,
+    "ecn":           2,
+    "p_key":         16,
+    "migreq":        1,
+    "pmtu":          3,
+    "next_psn":      24,
+    "una_psn":       24,
+    "remote_va":     64,
+    "r_key":         32,
+    "retry_cnt":     3,
+    "rnr_retry":     3,
+    "timeout":       5,
+    "min_rnr_timer": 5,
+})
+
+# The row is split across memories by writer, so that every internal writer touches only its own
+# field(s) and can never clobber (or be clobbered by) a concurrent management write of another.
+_SPLIT_FIELDS = ("state", "next_psn", "una_psn")
+_CFG = data.StructLayout({name: field.shape for name, field in QP_CONTEXT
+                          if name not in _SPLIT_FIELDS})
+
+
+def _check_n_qp(n_qp):
+    if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= MAX_QPS:
+        raise ValueError(f"n_qp must be an integer from 1 to {MAX_QPS}, not {n_qp!r}")
+    return n_qp
+
+
+def qp_index_width(n_qp):
+    """Width in bits of a QP index for a table of ``n_qp`` queue pairs (at least 1)."""
+    _check_n_qp(n_qp)
+    return max(1, (n_qp - 1).bit_length())
+
+
+def local_qpn(index):
+    """Local QPN of QP row ``index``: ``proto.LOCAL_QPN_BASE + index`` (256 + index).
+
+    Works on Python integers (returns an ``int``) and on Amaranth values (returns a 24-bit
+    expression; name it as a Signal where it is reused)."""
+    if isinstance(index, int):
+        if index < 0 or proto.LOCAL_QPN_BASE + index > proto.QPN_MASK:
+            raise ValueError(f"QP index {index} out of range")
+        return proto.LOCAL_QPN_BASE + index
+    return (Value.cast(index) + proto.LOCAL_QPN_BASE)[:24]
+
+
+def qp_index(qpn, n_qp=None):
+    """QP row index of local QPN ``qpn`` (Python integers only).
+
+    Raises ``ValueError`` if ``qpn`` is below ``proto.LOCAL_QPN_BASE`` or, when ``n_qp`` is
+    given, not below ``LOCAL_QPN_BASE + n_qp``."""
+    index = qpn - proto.LOCAL_QPN_BASE
+    if index < 0 or (n_qp is not None and index >= n_qp):
+        raise ValueError(f"QPN {qpn:#x} is not a local QP of this table")
+    return index
+
+
+def mgmt_req_layout(n_qp):
+    """Payload of the management request stream: ``{qp, write, ctx}``."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "write": 1, "ctx": QP_CONTEXT})
+
+
+def mgmt_rsp_layout(n_qp):
+    """Payload of the management response stream: ``{qp, write, error, ctx}``."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "write": 1, "error": 1,
+                              "ctx": QP_CONTEXT})
+
+
+def tx_upd_layout(n_qp):
+    """Payload of the TX write-back stream: ``{qp, psn_we, next_psn, state_we, state}``."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "psn_we": 1, "next_psn": 24,
+                              "state_we": 1, "state": 3})
+
+
+def una_upd_layout(n_qp):
+    """Payload of the ACK handler's write-back stream: ``{qp, una_psn}``."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": 24})
+
+
+class QPReadSignature(wiring.Signature):
+    """Read port of a :class:`QPStateTable` row, seen from the reader (like
+    ``memory.ReadPort.Signature``): a component that reads uses ``Out(QPReadSignature(w))``, the
+    table has ``In(QPReadSignature(w))``.
+
+    Not a stream: the reader drives ``addr`` and ``en``; ``data`` holds the row of ``addr``
+    the cycle after a cycle with ``en`` asserted (fixed 1-cycle latency, never blocked) and keeps
+    it while ``en`` is low.
+
+    Members
+    -------
+    addr : ``Out(idx_width)``
+        QP index.
+    en : ``Out(1)``
+        Read enable.
+    data : ``In(QP_CONTEXT)``
+        The row.
+    """
+
+    def __init__(self, idx_width):
+        if isinstance(idx_width, bool) or not isinstance(idx_width, int) or \
+                not 1 <= idx_width <= 14:
+            raise ValueError(f"index width must be an integer from 1 to 14, not {idx_width!r}")
+        self._idx_width = idx_width
+        super().__init__({"addr": Out(idx_width), "en": Out(1), "data": In(QP_CONTEXT)})
+
+    @property
+    def idx_width(self):
+        return self._idx_width
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.idx_width == self.idx_width
+
+    def __repr__(self):
+        return f"QPReadSignature({self._idx_width})"
+
+
+class QPStateTable(wiring.Component):
+    """QP/PSN state RAM for ``n_qp`` queue pairs, one :data:`QP_CONTEXT` row per QP.
+
+    The row is stored in four ``lib.memory.Memory`` instances, split by writer: the configuration
+    fields (written by management only), ``next_psn`` (management and ``tx_upd``), ``state``
+    (management and ``tx_upd``) and ``una_psn`` (management and ``una_upd``). Each memory has
+    one write port and two synchronous read ports (``tx_rd`` and management), both transparent
+    for the write port. There are no per-QP registers, so the design is the same at 1 or 16384
+    QPs; the memories map to block/distributed RAM.
+
+    All writes take effect in the cycle of the stream transfer that carries them; a read (on
+    either read port) issued in the same cycle sees them.
+
+    Arbitration. Only a management *write* to a valid row competes with the internal writers
+    (management reads use their own read ports; out-of-range requests write nothing). There are
+    two round-robin priority bits, management vs ``tx_upd`` and management vs ``una_upd``. A
+    management write goes when, for each internal writer that is valid, management holds that
+    priority; otherwise the internal writers go (``tx_upd`` and ``una_upd`` never conflict with
+    each other). An internal writer that goes hands its priority bit to management; a management
+    write that goes hands both bits to the internal writers. Hence, with every port hammering every
+    cycle, management writes go every other cycle and each internal writer in the other cycles;
+    in general a waiting management write goes within 3 cycles and a waiting internal update within
+    1 cycle. No port can starve another.
+
+    Latency and throughput:
+
+    * ``mgmt_req`` -> ``mgmt_rsp``: response valid the cycle after the request transfer (1 cycle);
+      1 request per cycle while ``mgmt_rsp`` is ready (a 1-deep output register, full backpressure:
+      ``mgmt_req.ready`` is low while a response is held). Exactly one response per request, in
+      order.
+    * ``tx_rd``: 1 cycle, 1 read per cycle, never blocked.
+    * ``tx_upd`` / ``una_upd``: 0 cycles (written at the transfer), 1 per cycle; ``ready`` is low
+      only in a cycle in which a management write wins the arbitration (at most 1 cycle in a row).
+
+    Out-of-range indices (``qp >= n_qp``, possible only when ``n_qp`` is not a power of two):
+    a management request gets ``error=1`` and an all-zero ``ctx`` and writes nothing; a ``tx_rd``
+    returns an all-zero row (``state`` RESET); ``tx_upd``/``una_upd`` transfers are accepted,
+    dropped and counted in ``upd_dropped``.
+
+    Parameters
+    ----------
+    n_qp : int
+        Number of queue pairs, 1 to 16384 (local QPNs ``256 .. 256 + n_qp - 1``).
+    init : sequence of dict, optional
+        Initial rows (``QP_CONTEXT`` field dicts, missing fields 0), at most ``n_qp``; the other
+        rows start all-zero (state RESET).
+
+    Members
+    -------
+    mgmt_req : ``In(stream.Signature(mgmt_req_layout(n_qp)))``
+        Management requests ``{qp, write, ctx}``: ``write=1`` writes the whole row ``ctx``,
+        ``write=0`` reads it (``ctx`` ignored).
+    mgmt_rsp : ``Out(stream.Signature(mgmt_rsp_layout(n_qp)))``
+        One response ``{qp, write, error, ctx}`` per request: ``ctx`` is the row read, or the row
+        as written (for a write), or all-zero with ``error=1`` when ``qp >= n_qp``.
+    tx_rd : ``In(QPReadSignature(idx_width))``
+        The TX datapath's read port (members on the table: ``addr`` In, ``en`` In, ``data`` Out).
+    tx_upd : ``In(stream.Signature(tx_upd_layout(n_qp)))``
+        The TX datapath's write-back: ``next_psn`` if ``psn_we``, ``state`` if ``state_we``.
+    una_upd : ``In(stream.Signature(una_upd_layout(n_qp)))``
+        The ACK handler's write-back of ``una_psn``.
+    upd_dropped : ``Out(16)``
+        Saturating count of ``tx_upd``/``una_upd`` transfers dropped for an out-of-range ``qp``.
+
+    Raises
+    ------
+    ValueError
+        If ``n_qp`` is not an integer from 1 to 16384, or ``init`` has more than ``n_qp`` rows.
+    """
+
+    def __init__(self, n_qp=16, *, init=None):
+        _check_n_qp(n_qp)
+        self._n_qp = n_qp
+        self._idx_width = qp_index_width(n_qp)
+        init = [] if init is None else [dict(row) for row in init]
+        if len(init) > n_qp:
+            raise ValueError(f"init has {len(init)} rows but the table has only {n_qp} QPs")
+        for row in init:
+            QP_CONTEXT.const(row)  # raises on unknown fields / bad values
+        self._init = init
+        super().__init__({
+            "mgmt_req": In(stream.Signature(mgmt_req_layout(n_qp))),
+            "mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(n_qp))),
+            "tx_rd": In(QPReadSignature(self._idx_width)),
+            "tx_upd": In(stream.Signature(tx_upd_layout(n_qp))),
+            "una_upd": In(stream.Signature(una_upd_layout(n_qp))),
+            "upd_dropped": Out(16),
+        })
+
+    @property
+    def n_qp(self):
+        """Number of queue pairs."""
+        return self._n_qp
+
+    @property
+    def idx_width(self):
+        """Width of the QP index fields."""
+        return self._idx_width
+
+    def _in_range(self, m, name, qp):
+        ok = Signal(name=name)
+        if self._n_qp == 1 << self._idx_width:
+            m.d.comb += ok.eq(1)
+        else:
+            m.d.comb += ok.eq(qp < self._n_qp)
+        return ok
+
+    def elaborate(self, platform):
+        m = Module()
+        # A 1-row memory would have a 0-bit address, which Verilator rejects (LITENDIAN);
+        # row 1 of the 2-row memory is never written (qp 1 is out of range) nor returned.
+        n = max(2, self._n_qp)
+
+        def init_of(field):
+            return [row.get(field, 0) for row in self._init]
+
+        mem_cfg = memory.Memory(shape=_CFG, depth=n, init=[
+            {k: v for k, v in row.items() if k not in _SPLIT_FIELDS} for row in self._init])
+        mem_psn = memory.Memory(shape=24, depth=n, init=init_of("next_psn"))
+        mem_state = memory.Memory(shape=3, depth=n, init=init_of("state"))
+        mem_una = memory.Memory(shape=24, depth=n, init=init_of("una_psn"))
+        m.submodules.mem_cfg = mem_cfg
+        m.submodules.mem_psn = mem_psn
+        m.submodules.mem_state = mem_state
+        m.submodules.mem_una = mem_una
+
+        mems = {"cfg": mem_cfg, "psn": mem_psn, "state": mem_state, "una": mem_una}
+        wr = {k: mem.write_port() for k, mem in mems.items()}
+        trd = {k: mem.read_port(transparent_for=(wr[k],)) for k, mem in mems.items()}
+        mrd = {k: mem.read_port(transparent_for=(wr[k],)) for k, mem in mems.items()}
+
+        req = self.mgmt_req
+        rsp = self.mgmt_rsp
+        tx = self.tx_upd
+        una = self.una_upd
+
+        # --- arbitration --------------------------------------------------------------------
+        req_ok = self._in_range(m, "req_in_range", req.payload.qp)
+        tx_ok = self._in_range(m, "tx_upd_in_range", tx.payload.qp)
+        una_ok = self._in_range(m, "una_upd_in_range", una.payload.qp)
+
+        rsp_free = Signal()
+        m.d.comb += rsp_free.eq(~rsp.valid | rsp.ready)
+        mgmt_wants = Signal()   # an in-range management write that could go this cycle
+        m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free)
+        prio_tx = Signal()      # 1: management has priority over tx_upd
+        prio_una = Signal()     # 1: management has priority over una_upd
+        mgmt_wr_go = Signal()
+        m.d.comb += mgmt_wr_go.eq(mgmt_wants & (~tx.valid | prio_tx) & (~una.valid | prio_una))
+
+        req_go = Signal()
+        m.d.comb += [
+            req.ready.eq(rsp_free & (~(req.payload.write & req_ok) | mgmt_wr_go)),
+            req_go.eq(req.valid & req.ready),
+            tx.ready.eq(~mgmt_wr_go),
+            una.ready.eq(~mgmt_wr_go),
+        ]
+        tx_go = Signal()
+        una_go = Signal()
+        m.d.comb += [
+            tx_go.eq(tx.valid & tx.ready),
+            una_go.eq(una.valid & una.ready),
+        ]
+        with m.If(mgmt_wr_go):
+            m.d.sync += [prio_tx.eq(0), prio_una.eq(0)]
+        with m.If(tx_go):
+            m.d.sync += prio_tx.eq(1)
+        with m.If(una_go):
+            m.d.sync += prio_una.eq(1)
+
+        dropped = Signal(16)
+        n_drop = Signal(2)
+        m.d.comb += n_drop.eq((tx_go & ~tx_ok) + (una_go & ~una_ok))
+        with m.If(n_drop != 0):
+            with m.If(dropped > 0xFFFF - n_drop):
+                m.d.sync += dropped.eq(0xFFFF)
+            with m.Else():
+                m.d.sync += dropped.eq(dropped + n_drop)
+        m.d.comb += self.upd_dropped.eq(dropped)
+
+        # --- write ports --------------------------------------------------------------------
+        ctx = req.payload.ctx
+        m.d.comb += [
+            wr["cfg"].addr.eq(req.payload.qp),
+            wr["cfg"].en.eq(mgmt_wr_go),
+        ]
+        for name, _ in _CFG:
+            m.d.comb += wr["cfg"].data[name].eq(ctx[name])
+
+        with m.If(mgmt_wr_go):
+            m.d.comb += [
+                wr["psn"].addr.eq(req.payload.qp), wr["psn"].data.eq(ctx.next_psn),
+                wr["psn"].en.eq(1),
+                wr["state"].addr.eq(req.payload.qp), wr["state"].data.eq(ctx.state),
+                wr["state"].en.eq(1),
+                wr["una"].addr.eq(req.payload.qp), wr["una"].data.eq(ctx.una_psn),
+                wr["una"].en.eq(1),
+            ]
+        with m.Else():
+            m.d.comb += [
+                wr["psn"].addr.eq(tx.payload.qp), wr["psn"].data.eq(tx.payload.next_psn),
+                wr["psn"].en.eq(tx_go & tx_ok & tx.payload.psn_we),
+                wr["state"].addr.eq(tx.payload.qp), wr["state"].data.eq(tx.payload.state),
+                wr["state"].en.eq(tx_go & tx_ok & tx.payload.state_we),
+                wr["una"].addr.eq(una.payload.qp), wr["una"].data.eq(una.payload.una_psn),
+                wr["una"].en.eq(una_go & una_ok),
+            ]
+
+        # --- tx_rd --------------------------------------------------------------------------
+        trd_ok = self._in_range(m, "tx_rd_in_range", self.tx_rd.addr)
+        trd_ok_q = Signal()
+        with m.If(self.tx_rd.en):
+            m.d.sync += trd_ok_q.eq(trd_ok)
+        for port in trd.values():
+            m.d.comb += [port.addr.eq(self.tx_rd.addr), port.en.eq(self.tx_rd.en)]
+        self._gather(m, self.tx_rd.data, trd, trd_ok_q)
+
+        # --- management response ------------------------------------------------------------
+        for port in mrd.values():
+            m.d.comb += [port.addr.eq(req.payload.qp), port.en.eq(req_go)]
+        rsp_ok_q = Signal()
+        with m.If(req_go):
+            m.d.sync += [
+                rsp.valid.eq(1),
+                rsp.payload.qp.eq(req.payload.qp),
+                rsp.payload.write.eq(req.payload.write),
+                rsp.payload.error.eq(~req_ok),
+                rsp_ok_q.eq(req_ok),
+            ]
+        with m.Elif(rsp.ready):
+            m.d.sync += rsp.valid.eq(0)
+        self._gather(m, rsp.payload.ctx, mrd, rsp_ok_q)
+        return m
+
+    @staticmethod
+    def _gather(m, out, ports, ok):
+        """Assemble a row from the read ports' data; all-zero when ``ok`` is low."""
+        with m.If(ok):
+            for name, _ in _CFG:
+                m.d.comb += out[name].eq(ports["cfg"].data[name])
+            m.d.comb += [
+                out.next_psn.eq(ports["psn"].data),
+                out.state.eq(ports["state"].data),
+                out.una_psn.eq(ports["una"].data),
+            ]
