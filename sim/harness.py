@@ -11,6 +11,7 @@ __all__ = ["CLOCK_PERIOD", "run_simulation", "vcd_requested"]
 
 #: Simulated clock period in seconds (the value only scales VCD time stamps).
 CLOCK_PERIOD = 1e-8
+_CHUNK = 256
 
 
 def vcd_requested():
@@ -29,8 +30,8 @@ def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, 
     processes : iterable of async functions ``f(ctx)``
         Added with ``Simulator.add_process`` (for free-running monitors).
     cycles : int
-        Hard deadline. The simulation stops when all testbenches have returned or the deadline
-        is reached; reaching it raises ``TimeoutError``.
+        Hard deadline. The simulation stops (within 256 cycles) once all testbenches have
+        returned, or at the deadline, which raises ``TimeoutError``.
     vcd_name : str, optional
         With ``RHW_VCD=1`` a VCD is written to ``build/vcd/<vcd_name>.vcd`` (never the repo root).
     done : callable, optional
@@ -54,7 +55,12 @@ def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, 
     else:
         cm = contextlib.nullcontext()
     with cm:
-        sim.run_until(CLOCK_PERIOD * (cycles + 0.5))
+        # Advance in chunks so that the run ends soon after the last testbench returns
+        # (Simulator.run_until alone always runs to the deadline).
+        now = 0
+        while now < cycles and (not tbs or len(finished) < len(tbs)):
+            now = min(cycles, now + _CHUNK)
+            sim.run_until(CLOCK_PERIOD * (now + 0.5))
     if len(finished) != len(tbs) or (done is not None and not done()):
         raise TimeoutError(f"simulation did not finish within {cycles} cycles "
                            f"({len(finished)}/{len(tbs)} testbenches done)")

@@ -97,7 +97,8 @@ class TrafficResult:
     frames: list = field(default_factory=list)     #: (first cycle, last cycle, bytes, aborted, beats)
     statuses: list = field(default_factory=list)   #: dicts: wr_id, qp, status
     wr_cycles: list = field(default_factory=list)  #: cycle each WR was accepted
-    cycles: int = 0                                #: cycles simulated until the last beat
+    beat_cycles: list = field(default_factory=list)  #: cycle of every beat transferred on `o`
+    cycles: int = 0                                #: cycles from the first WR accepted to the last beat
     busy_cycles: int = 0                           #: cycles with a beat transferred on `o`
     ready_cycles: int = 0                          #: cycles `o.ready` was high, first..last beat
     span_cycles: int = 0                           #: cycles from the first to the last beat
@@ -150,6 +151,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
         if p_wr_idle or p_payload_idle or p_stall:
             max_cycles *= 4
     state = {"setup_done": False, "cycle": 0, "wrs_done": False, "payload_done": False}
+    raw_frames, ready_at_beat = [], []
 
     async def setup_and_post(ctx):
         ctx.set(dut.local_mac, local_mac)
@@ -175,7 +177,6 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
                 "imm": w.imm, "signaled": int(w.signaled), "solicited": int(w.solicited)})
             ctx.set(dut.wr.valid, 1)
             await ctx.tick().until(dut.wr.ready)
-            res.wr_cycles.append(state["cycle"] - 1)
             ctx.set(dut.wr.valid, 0)
             for _ in range(wr_gap):
                 await ctx.tick()
@@ -190,44 +191,37 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
                                   p_idle=p_payload_idle)
         state["payload_done"] = True
 
-    async def clock(ctx):
-        async for _ in ctx.tick():
+    async def monitor(ctx):
+        # One clock basis for every event: the cycle index of each transfer on `wr` and `o`,
+        # and how many cycles `o.ready` had been high up to each beat.
+        ready_count = 0
+        async for _, _, wv, wr, ov, orr in ctx.tick().sample(dut.wr.valid, dut.wr.ready,
+                                                              dut.o.valid, dut.o.ready):
+            ready_count += bool(orr)
+            if wv and wr:
+                res.wr_cycles.append(state["cycle"])
+            if ov and orr:
+                res.beat_cycles.append(state["cycle"])
+                ready_at_beat.append(ready_count)
             state["cycle"] += 1
 
     async def consume(ctx):
-        cur, first, beats, idle, trailing_ready = bytearray(), None, 0, 0, 0
-        first_beat = last_beat = None
+        cur, first, nbeat, idle = bytearray(), 0, 0, 0
         while True:
             ready = not (p_stall and rng_o.random() < p_stall)
             ctx.set(dut.o.ready, ready)
             _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            cyc = state["cycle"] - 1
-            if first_beat is not None and ready:
-                res.ready_cycles += 1
-                trailing_ready += 1
             if valid and ready:
-                if first_beat is None:
-                    first_beat = cyc
-                    res.ready_cycles = 1
-                last_beat = cyc
-                trailing_ready = 0
-                res.busy_cycles += 1
-                if first is None:
-                    first = cyc
                 count = int(p.keep).bit_length()
                 cur += int(p.data).to_bytes(nbytes, "little")[:count]
-                beats += 1
+                nbeat += 1
                 if p.last:
-                    res.frames.append((first, cyc, bytes(cur), bool(p.abort), beats))
-                    cur, first, beats = bytearray(), None, 0
+                    raw_frames.append((first, nbeat - 1, bytes(cur), bool(p.abort)))
+                    cur, first = bytearray(), nbeat
             idle = 0 if (valid and ready) else idle + 1
             # Stop once every WR and payload byte is in and the bus has been quiet for a while.
             if state["wrs_done"] and state["payload_done"] and idle >= QUIET_CYCLES:
                 break
-        res.cycles = (last_beat or 0) + 1
-        if first_beat is not None:
-            res.span_cycles = last_beat - first_beat + 1
-            res.ready_cycles -= trailing_ready
         ctx.set(dut.o.ready, 0)
 
     async def status(ctx):
@@ -237,8 +231,16 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
                 res.statuses.append({"wr_id": int(p.wr_id), "qp": int(p.qp),
                                      "status": int(p.status)})
 
-    run_simulation(dut, [setup_and_post, payload, consume], [clock, status],
+    run_simulation(dut, [setup_and_post, payload, consume], [monitor, status],
                    cycles=max_cycles, vcd_name=f"traffic_{width}")
+    bc = res.beat_cycles
+    for first, last, frame, aborted in raw_frames:
+        res.frames.append((bc[first], bc[last], frame, aborted, last - first + 1))
+    if bc:
+        res.cycles = bc[-1] - res.wr_cycles[0] + 1 if res.wr_cycles else bc[-1] + 1
+        res.busy_cycles = len(bc)
+        res.span_cycles = bc[-1] - bc[0] + 1
+        res.ready_cycles = ready_at_beat[-1] - ready_at_beat[0] + 1
     return res
 
 
