@@ -47,10 +47,17 @@ def _payload_layout(name, member):
         sig = sig.flip()
     if not isinstance(sig, stream.Signature):
         raise TypeError(f"member {name!r}: only streams and plain ports can be flattened")
-    return data.Layout.cast(sig.members["payload"].shape)
+    shape = sig.members["payload"].shape
+    if isinstance(shape, data.Layout):
+        return shape
+    # A plain-shaped payload is exposed as one port, <prefix><name>_data.
+    return data.StructLayout({"data": shape})
 
 
 def _get(view, path):
+    if not isinstance(view, data.View):
+        assert path == ("data",)
+        return view
     for p in path:
         view = view[p]
     return view

@@ -33,10 +33,17 @@ class EngineConfig:
     ack_req_every : int
         AckReq is set on the last packet of every message and at least every this many packets
         of a long message (rxe uses 64+2; 1 to 2**16).
+    ttl : int
+        IPv4 TTL of every transmitted frame (1 to 255; Linux and the golden captures use 64).
+    ip_id_start : int
+        Value of the IPv4 identification counter after reset (0 to 65535); the TX engine puts
+        it in its first frame and adds 1 per frame (see :class:`roce_hw.tx_engine.TxEngine`).
     """
     data_width: int = 512
     n_qp: int = 16
     ack_req_every: int = 64
+    ttl: int = 64
+    ip_id_start: int = 0
 
     def __post_init__(self):
         check_data_width(self.data_width)
@@ -47,6 +54,13 @@ class EngineConfig:
                 not 1 <= self.ack_req_every <= 1 << 16:
             raise ValueError(f"ack_req_every must be an integer from 1 to 65536, "
                              f"not {self.ack_req_every!r}")
+        if isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or \
+                not 1 <= self.ttl <= 255:
+            raise ValueError(f"ttl must be an integer from 1 to 255, not {self.ttl!r}")
+        if isinstance(self.ip_id_start, bool) or not isinstance(self.ip_id_start, int) or \
+                not 0 <= self.ip_id_start <= 0xFFFF:
+            raise ValueError(f"ip_id_start must be an integer from 0 to 65535, "
+                             f"not {self.ip_id_start!r}")
 
     @property
     def data_bytes(self):

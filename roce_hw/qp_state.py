@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""QP/PSN state RAM: per-queue-pair context rows in ``lib.memory`` with a management port and
-datapath ports."""
+"""QP/PSN state RAM: per-QP context rows in ``lib.memory``, a management port, datapath ports."""
 
 from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
@@ -124,6 +123,11 @@ class QPReadSignature(wiring.Signature):
         Read enable.
     data : ``In(QP_CONTEXT)``
         The row.
+
+    Raises
+    ------
+    ValueError
+        If ``idx_width`` is not an integer from 1 to 14.
     """
 
     def __init__(self, idx_width):
@@ -135,6 +139,7 @@ class QPReadSignature(wiring.Signature):
 
     @property
     def idx_width(self):
+        """Width of ``addr``."""
         return self._idx_width
 
     def __eq__(self, other):
@@ -158,15 +163,16 @@ class QPStateTable(wiring.Component):
     either read port) issued in the same cycle sees them.
 
     Arbitration. Only a management *write* to a valid row competes with the internal writers
-    (management reads use their own read ports; out-of-range requests write nothing). There are
-    two round-robin priority bits, management vs ``tx_upd`` and management vs ``una_upd``. A
-    management write goes when, for each internal writer that is valid, management holds that
-    priority; otherwise the internal writers go (``tx_upd`` and ``una_upd`` never conflict with
-    each other). An internal writer that goes hands its priority bit to management; a management
-    write that goes hands both bits to the internal writers. Hence, with every port hammering every
-    cycle, management writes go every other cycle and each internal writer in the other cycles;
-    in general a waiting management write goes within 3 cycles and a waiting internal update within
-    1 cycle. No port can starve another.
+    (management reads use their own read ports; out-of-range requests write nothing; ``tx_upd``
+    and ``una_upd`` use different memories and never compete with each other). There are two
+    round-robin priority bits, management vs ``tx_upd`` and management vs ``una_upd``. A
+    management write whose response slot is free goes when management holds the priority over
+    every internal writer that is valid in that cycle; otherwise every valid internal writer goes
+    and the management write waits. An internal writer that goes hands its bit to management; a
+    management write that goes hands both bits back. Bounds (tested): an internal update waits at
+    most 1 cycle; a management write waits at most 2 cycles once its response slot is free; with
+    every port valid every cycle, management writes go every other cycle and both internal
+    writers in the cycles between. No port can starve another.
 
     Latency and throughput:
 
@@ -178,7 +184,11 @@ class QPStateTable(wiring.Component):
     * ``tx_upd`` / ``una_upd``: 0 cycles (written at the transfer), 1 per cycle; ``ready`` is low
       only in a cycle in which a management write wins the arbitration (at most 1 cycle in a row).
 
-    Out-of-range indices (``qp >= n_qp``, possible only when ``n_qp`` is not a power of two):
+    Combinational paths: every ``ready`` of this block depends on ``mgmt_req.valid``/``payload``,
+    ``mgmt_rsp.ready``, ``tx_upd.valid`` and ``una_upd.valid`` (never the other way round);
+    ``mgmt_rsp.valid`` and ``tx_rd.data`` come from registers/RAM outputs.
+
+    Out-of-range indices (``qp >= n_qp``, possible when ``n_qp`` is 1 or not a power of two):
     a management request gets ``error=1`` and an all-zero ``ctx`` and writes nothing; a ``tx_rd``
     returns an all-zero row (``state`` RESET); ``tx_upd``/``una_upd`` transfers are accepted,
     dropped and counted in ``upd_dropped``.
@@ -243,9 +253,14 @@ class QPStateTable(wiring.Component):
         """Width of the QP index fields."""
         return self._idx_width
 
+    @property
+    def _all_valid(self):
+        # True when every encodable index is a valid row (no range checks needed).
+        return self._n_qp == 1 << self._idx_width
+
     def _in_range(self, m, name, qp):
         ok = Signal(name=name)
-        if self._n_qp == 1 << self._idx_width:
+        if self._all_valid:
             m.d.comb += ok.eq(1)
         else:
             m.d.comb += ok.eq(qp < self._n_qp)
@@ -359,7 +374,7 @@ class QPStateTable(wiring.Component):
             m.d.sync += trd_ok_q.eq(trd_ok)
         for port in trd.values():
             m.d.comb += [port.addr.eq(self.tx_rd.addr), port.en.eq(self.tx_rd.en)]
-        self._gather(m, self.tx_rd.data, trd, trd_ok_q)
+        self._gather(m, self.tx_rd.data, trd, None if self._all_valid else trd_ok_q)
 
         # --- management response ------------------------------------------------------------
         for port in mrd.values():
@@ -375,17 +390,21 @@ class QPStateTable(wiring.Component):
             ]
         with m.Elif(rsp.ready):
             m.d.sync += rsp.valid.eq(0)
-        self._gather(m, rsp.payload.ctx, mrd, rsp_ok_q)
+        self._gather(m, rsp.payload.ctx, mrd, None if self._all_valid else rsp_ok_q)
         return m
 
     @staticmethod
     def _gather(m, out, ports, ok):
-        """Assemble a row from the read ports' data; all-zero when ``ok`` is low."""
-        with m.If(ok):
-            for name, _ in _CFG:
-                m.d.comb += out[name].eq(ports["cfg"].data[name])
-            m.d.comb += [
-                out.next_psn.eq(ports["psn"].data),
-                out.state.eq(ports["state"].data),
-                out.una_psn.eq(ports["una"].data),
-            ]
+        """Assemble a row from the read ports' data; all-zero when ``ok`` is low (no gating
+        when ``ok`` is None)."""
+        stmts = [out[name].eq(ports["cfg"].data[name]) for name, _ in _CFG]
+        stmts += [
+            out.next_psn.eq(ports["psn"].data),
+            out.state.eq(ports["state"].data),
+            out.una_psn.eq(ports["una"].data),
+        ]
+        if ok is None:
+            m.d.comb += stmts
+        else:
+            with m.If(ok):
+                m.d.comb += stmts

@@ -14,7 +14,15 @@ LINKTYPE_ETHERNET = 1
 
 
 class CaptureError(Exception):
-    """The capture file is unreadable, truncated or of an unsupported kind."""
+    """The capture file is unreadable, truncated or of an unsupported kind.
+
+    ``packets`` holds the packets read before the problem (empty if none), so a tool can still
+    report on the readable part of a truncated capture.
+    """
+
+    def __init__(self, message, packets=None):
+        super().__init__(message)
+        self.packets = list(packets or [])
 
 
 @dataclass
@@ -24,7 +32,7 @@ class Packet:
     wire_len: int      #: the frame's length on the wire
 
 
-def _read_pcap(buf):
+def _read_pcap(buf, out):
     magic = buf[:4]
     if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
         endian = "<"
@@ -38,7 +46,7 @@ def _read_pcap(buf):
     linktype = struct.unpack_from(endian + "I", buf, 20)[0] & 0x0FFFFFFF
     if linktype != LINKTYPE_ETHERNET:
         raise CaptureError(f"link type {linktype} is not Ethernet (1)")
-    pos, out = 24, []
+    pos = 24
     while pos < len(buf):
         if pos + 16 > len(buf):
             raise CaptureError(f"truncated record header at byte {pos} (packet {len(out) + 1})")
@@ -52,8 +60,10 @@ def _read_pcap(buf):
     return out
 
 
-def _read_pcapng(buf):
-    pos, out = 0, []
+def _read_pcapng(buf, out):
+    if len(buf) < 12 or struct.unpack_from("<I", buf, 0)[0] != 0x0A0D0D0A:
+        raise CaptureError("pcapng file does not start with a section header block")
+    pos = 0
     endian = "<"
     interfaces = []   # (linktype, tick seconds)
     while pos < len(buf):
@@ -74,6 +84,8 @@ def _read_pcapng(buf):
             raise CaptureError(f"truncated or corrupt pcapng block at byte {pos} ({blen} bytes)")
         body = buf[pos + 8:pos + blen - 4]
         if btype == 0x00000001:          # interface description
+            if len(body) < 8:
+                raise CaptureError(f"truncated interface description block at byte {pos}")
             linktype = struct.unpack_from(endian + "H", body, 0)[0]
             tick = 1e-6
             opos = 8
@@ -81,6 +93,8 @@ def _read_pcapng(buf):
                 code, olen = struct.unpack_from(endian + "HH", body, opos)
                 if code == 0:
                     break
+                if opos + 4 + olen > len(body):
+                    raise CaptureError(f"corrupt option in interface block at byte {pos}")
                 if code == 9 and olen >= 1:          # if_tsresol
                     r = body[opos + 4]
                     tick = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
@@ -93,6 +107,8 @@ def _read_pcapng(buf):
                 ifid, ts_hi, ts_lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
                 data_off = 20
             else:
+                if len(body) < 4:
+                    raise CaptureError(f"truncated simple packet block at byte {pos}")
                 ifid, ts_hi, ts_lo = 0, 0, 0
                 orig = struct.unpack_from(endian + "I", body, 0)[0]
                 incl, data_off = min(orig, len(body) - 4), 4
@@ -119,10 +135,19 @@ def read_capture(path):
     if len(buf) < 4:
         raise CaptureError(f"{path}: file too short to be a capture")
     magic = buf[:4]
-    if magic == b"\x0a\x0d\x0d\x0a":
-        return _read_pcapng(buf)
-    if magic in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"):
-        return _read_pcap(buf)
+    out = []
+    try:
+        if magic == b"\x0a\x0d\x0d\x0a":
+            _read_pcapng(buf, out)
+            return out
+        if magic in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
+                     b"\xa1\xb2\x3c\x4d"):
+            _read_pcap(buf, out)
+            return out
+    except CaptureError as e:
+        raise CaptureError(f"{path}: {e}", out) from None
+    except (struct.error, IndexError, ValueError, OverflowError) as e:   # belt and braces
+        raise CaptureError(f"{path}: corrupt capture ({e})", out) from None
     raise CaptureError(f"{path}: not a pcap or pcapng file (magic {magic.hex()})")
 
 

@@ -162,7 +162,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
             await ctx.tick().until(dut.qp_mgmt_req.ready)
             ctx.set(dut.qp_mgmt_req.valid, 0)
             ctx.set(dut.qp_mgmt_rsp.ready, 1)
-            _, _, rsp = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(dut.qp_mgmt_rsp.valid)
+            (rsp,) = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(dut.qp_mgmt_rsp.valid)
             ctx.set(dut.qp_mgmt_rsp.ready, 0)
             if rsp.error:
                 raise RuntimeError(f"QP {q.index} setup refused by the management port")

