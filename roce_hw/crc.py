@@ -143,7 +143,7 @@ def data_term_partials(m, en, vector, rows, chunk, name):
         lo = c * chunk
         sub = [(r >> lo) & ((1 << chunk) - 1) for r in rows]
         comb = xor_rows(m, sub, vector[lo:lo + chunk], f"{name}_x{c}")
-        reg = Signal(32, name=f"{name}_p{c}")
+        reg = Signal(32, name=f"{name}_p{c}", reset_less=True)
         with m.If(en):
             m.d.sync += reg.eq(comb)
         parts.append(reg)
@@ -172,8 +172,8 @@ def revert_stages(m, en, x, sel_bits, nbytes_per_bit, per_cycle, name, complemen
             m.d.comb += z.eq(Mux(sel_cur[idx + k], t, y))
             y = z
         last = idx + per_cycle >= len(stages)
-        reg = Signal(32, name=f"{name}_r{cycles}")
-        new_sel = [Signal(name=f"{name}_sel{cycles}_{b}") for b in range(len(stages))]
+        reg = Signal(32, name=f"{name}_r{cycles}", reset_less=True)
+        new_sel = [Signal(name=f"{name}_sel{cycles}_{b}", reset_less=True) for b in range(len(stages))]
         new_carry = [Signal.like(c, name=f"{name}_c{cycles}_{j}") for j, c in enumerate(carried)]
         with m.If(en):
             m.d.sync += reg.eq(~y if (complement and last) else y)
@@ -224,7 +224,7 @@ class CRC32(wiring.Component):
         self._width = check_data_width(data_width)
         self._nbytes = data_width // 8
         self._rev_bits = (self._nbytes - 1).bit_length()
-        self._rev_cycles = -(-self._rev_bits // 2)
+        self._rev_cycles = self._rev_bits
         super().__init__({"i": In(PacketSignature(data_width)), "o": Out(stream.Signature(32))})
 
     @property
@@ -245,8 +245,8 @@ class CRC32(wiring.Component):
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
 
         # Stage 1: zero the bytes without keep (synchronous-reset flip-flops).
-        d1 = Signal(w)
-        keep1 = Signal(n)
+        d1 = Signal(w, reset_less=True)      # data path: no reset, so the FF reset pin is free
+        keep1 = Signal(n, reset_less=True)
         v1, first1, last1 = Signal(), Signal(), Signal()
         with m.If(en):
             m.d.sync += [v1.eq(self.i.valid), first1.eq(self.i.payload.first),
@@ -261,12 +261,12 @@ class CRC32(wiring.Component):
         m.d.comb += zeros.eq(Cat(*[~keep1[n - 1 - j] for j in range(n)]))
         pad = thermometer_count(m, zeros, "pad")
         v2, first2, last2 = Signal(), Signal(), Signal()
-        pad2 = Signal(self._rev_bits)
+        pad2 = Signal(self._rev_bits, reset_less=True)
         with m.If(en):
             m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1), pad2.eq(pad)]
 
         # Stage 3: the feedback loop; holds only A * state.
-        state = Signal(32, init=0)
+        state = Signal(32, reset_less=True)
         a_state = xor_rows(m, a_rows, state, "a_state")
         a_init = apply_rows(a_rows, CRC_INIT)
         dsum = Signal(32)
@@ -274,7 +274,7 @@ class CRC32(wiring.Component):
         nxt = Signal(32)
         m.d.comb += nxt.eq(Mux(first2, C(a_init, 32), a_state) ^ dsum)
         v3 = Signal()
-        pad3 = Signal(self._rev_bits)
+        pad3 = Signal(self._rev_bits, reset_less=True)
         with m.If(en):
             with m.If(v2):
                 m.d.sync += state.eq(nxt)
@@ -283,6 +283,6 @@ class CRC32(wiring.Component):
         # Stages 4..: rewind by the pad bytes of the last beat, then invert.
         res, (vout,), _ = revert_stages(
             m, en, state, [pad3[b] for b in range(self._rev_bits)],
-            [1 << b for b in range(self._rev_bits)], 2, "rw", complement=True, carry=[v3])
+            [1 << b for b in range(self._rev_bits)], 1, "rw", complement=True, carry=[v3])
         m.d.comb += [self.o.valid.eq(vout), self.o.payload.eq(res)]
         return m

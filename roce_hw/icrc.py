@@ -248,7 +248,7 @@ def _zero_stage(m, en, data, is_beat, conds, vlan, n, nbeats, extra_zero, name):
     flip-flops); ``extra_zero(j)`` gives an additional zero condition of lane ``j`` or ``None``.
     Returns the registered data Signal."""
     plan = _zero_plan(n, nbeats)
-    d1 = Signal(8 * n, name=f"{name}_d")
+    d1 = Signal(8 * n, name=f"{name}_d", reset_less=True)
     with m.If(en):
         for j in range(n):
             lane = data[8 * j:8 * j + 8]
@@ -339,7 +339,7 @@ class ICRCInserter(wiring.Component):
         self._width = check_data_width(data_width)
         self._nbytes = data_width // 8
         self._q_bits = (self._nbytes - 1).bit_length() - 2
-        self._rev_cycles = -(-self._q_bits // 2)
+        self._rev_cycles = self._q_bits
         super().__init__({"i": In(PacketSignature(data_width)),
                           "o": Out(PacketSignature(data_width))})
 
@@ -383,23 +383,25 @@ class ICRCInserter(wiring.Component):
         zeros = Signal(n)
         m.d.comb += zeros.eq(Cat(*[~self.i.payload.keep[n - 1 - j] for j in range(n)]))
         pad = thermometer_count(m, zeros, "s1_pad")
-        k1 = Signal(32)
-        v1, first1, last1 = Signal(), Signal(), Signal()
-        q1 = Signal(self._q_bits)
+        k1 = Signal(32, reset_less=True)
+        v1 = Signal()
+        first1, last1 = Signal(reset_less=True), Signal(reset_less=True)
+        q1 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
             m.d.sync += [k1.eq(kconst), v1.eq(self.i.valid), first1.eq(self.i.payload.first),
                          last1.eq(self.i.payload.last), q1.eq(pad[2:2 + self._q_bits])]
 
         # Stage 2: partial data terms.
         parts = data_term_partials(m, en, d1, b_fold, 64, "s2")
-        k2 = Signal(32)
-        v2, first2, last2 = Signal(), Signal(), Signal()
-        q2 = Signal(self._q_bits)
+        k2 = Signal(32, reset_less=True)
+        v2 = Signal()
+        first2, last2 = Signal(reset_less=True), Signal(reset_less=True)
+        q2 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
             m.d.sync += [k2.eq(k1), v2.eq(v1), first2.eq(first1), last2.eq(last1), q2.eq(q1)]
 
         # Stage 3: loop (state pre-multiplied by A^-16).
-        state = Signal(32)
+        state = Signal(32, reset_less=True)
         a_state = xor_rows(m, a_rows, state, "s3_astate")
         dsum = Signal(32)
         m.d.comb += dsum.eq(Cat(*[Cat(*[p[b] for p in parts], k2[b]).xor() for b in range(32)]))
@@ -407,13 +409,13 @@ class ICRCInserter(wiring.Component):
         m.d.comb += nxt.eq(Mux(first2, 0, a_state) ^ dsum)
         with m.If(en & v2):
             m.d.sync += state.eq(nxt)
-        q3 = Signal(self._q_bits)
+        q3 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
             m.d.sync += q3.eq(q2)
 
         # Stages 4..: rewind by 4*q bytes and invert -> iCRC register value.
         crc, _, rcyc = revert_stages(m, en, state, [q3[b] for b in range(self._q_bits)],
-                                     [4 << b for b in range(self._q_bits)], 2, "s4",
+                                     [4 << b for b in range(self._q_bits)], 1, "s4",
                                      complement=True)
         depth = 3 + rcyc
 
@@ -422,7 +424,7 @@ class ICRCInserter(wiring.Component):
         line = []
         prev_p, prev_v = self.i.payload, self.i.valid
         for k in range(depth):
-            p = Signal(lay, name=f"dl{k}_p")
+            p = Signal(lay, name=f"dl{k}_p", reset_less=True)
             v = Signal(name=f"dl{k}_v")
             with m.If(en):
                 m.d.sync += [p.eq(prev_p), v.eq(prev_v)]
@@ -445,8 +447,8 @@ class ICRCInserter(wiring.Component):
         overflow = Signal()
         # keep of the last beat grows by 4 lanes; overflow when more than n-4 lanes were used
         m.d.comb += overflow.eq(src.keep[n - 4])
-        rot_hold = Signal(32)
-        keep_ext = Signal(4)
+        rot_hold = Signal(32, reset_less=True)
+        keep_ext = Signal(4, reset_less=True)
         with m.If(o.valid & o.ready & pending):
             m.d.sync += [o.payload.data[:32].eq(rot_hold), o.payload.keep.eq(keep_ext),
                          o.payload.first.eq(0), o.payload.last.eq(1), pending.eq(0)]
@@ -559,14 +561,14 @@ class ICRCChecker(wiring.Component):
             out = {}
             for key, val in sig_map.items():
                 if isinstance(val, list):
-                    regs = [Signal.like(Value.cast(v), name=f"{name}_{key}{k}")
-                            for k, v in enumerate(val)]
+                    regs = [Signal(Value.cast(v).shape(), name=f"{name}_{key}{k}",
+                                   reset_less=True) for k, v in enumerate(val)]
                     with m.If(en):
                         m.d.sync += [r.eq(v) for r, v in zip(regs, val)]
                     out[key] = regs
                 else:
                     val = Value.cast(val) if not isinstance(val, Signal) else val
-                    reg = Signal(val.shape(), name=f"{name}_{key}")
+                    reg = Signal(val.shape(), name=f"{name}_{key}", reset_less=(key != "v"))
                     with m.If(en):
                         m.d.sync += reg.eq(val)
                     out[key] = reg
@@ -648,7 +650,7 @@ class ICRCChecker(wiring.Component):
                     "active": sd["active"], "el": sd["el"], "ok": good_len}, "se")
 
         # Stage E: the loop; the residue ROM for the pad count.
-        state = Signal(32)
+        state = Signal(32, reset_less=True)
         a_state = xor_rows(m, a_rows, state, "se_astate")
         dsum = Signal(32)
         m.d.comb += dsum.eq(Cat(*[Cat(*[p[b] for p in parts], se["k"][b]).xor()

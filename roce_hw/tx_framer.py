@@ -57,20 +57,27 @@ class TxFramer(wiring.Component):
     This is the datapath of :class:`roce_hw.tx_engine.TxEngine` (which adds the QP table,
     the iCRC inserter and the documentation of the behaviour seen from outside). Pipeline:
 
-    1. **Accept** (cycle 0): a WR transfer starts the QP read (``tx_rd``, 1 cycle).
-    2. **Check** (cycle 1): the WR and the QP row are checked and the message is loaded into
-       the segmenter (or waits in the accept register, with the row held, until it is free).
-    3. **Segment** (cycle 2): one packet descriptor per cycle (opcode, lengths, PadCnt, AckReq,
-       SE, RETH/ImmDt, the whole header except IP ID, IP checksum and PSN, beat counts) into a
-       1-entry descriptor register.
-    4. **Merge** (cycle 3): the descriptor is taken; IP ID, checksum and PSN are patched in and
-       the header is merged with the realigned payload into the output register (``o`` valid
-       in cycle 4). The header length ``H`` is 54/58/70/74 bytes; since every packet's payload
-       starts in lane 0 of an input beat, the realignment shift is ``H mod (W/8)``: one of at
-       most 4 constants, chosen by the header class.
+    1. **Accept** (cycle 0): a WR transfer starts the QP read (``tx_rd``, 1 cycle). The WR
+       waits in the accept register (the row held on the read port) until the segmenter takes
+       it.
+    2. **Segment** (cycle 1 for a message's first packet, straight from the accept register
+       and the row; then one packet per cycle from the segmenter registers): the WR/QP checks
+       and a packet descriptor -- opcode, lengths, PadCnt, AckReq, SE, RETH/ImmDt, the whole
+       header except IP ID, IP checksum and PSN, the folded checksum sum, beat counts and
+       keeps -- into a 1-entry descriptor register.
+    3. **Merge** (cycle 2; with ``config.low_latency`` already in cycle 1 when the descriptor
+       register is empty): the descriptor is taken; IP ID, checksum (``~(sum + id)``, one's
+       complement) and PSN (from the row or the forwarding CAM, then +1 per packet) are patched
+       in, and the header is merged with the realigned payload. ``o`` is driven
+       combinationally from this stage (``o.valid`` never depends on ``o.ready``). The header
+       length ``H`` is 54/58/70/74 bytes; every packet's payload starts in lane 0 of an input
+       beat (PMTU >= 256 is a multiple of the bytes per beat), so the realignment shift is
+       ``H mod (W/8)``: one of at most 4 constants, chosen by the header class. A shift
+       register holds the header beats still to go, then the tail of the previous input beat.
 
     PSN forwarding. The PSN and state that a WR reads in cycle 0 may be stale by the
-    write-backs of the messages still ahead of it in the pipeline (at most 6 of them). The
+    write-backs of the messages still ahead of it in the pipeline (at most 5 of them: segmenter,
+    descriptor register, merger, and one write-back waiting for ``tx_upd``). The
     merger keeps its last 8 write-backs (QP index, next PSN, error) and, when it starts a
     message, uses the newest matching one instead of the row read. Management writes to a QP
     (seen on ``mgmt_snoop_*``) clear its entries.
@@ -108,7 +115,7 @@ class TxFramer(wiring.Component):
             "mgmt_snoop_qp": In(qw),
             "local_mac": In(48),
             "local_ip": In(32),
-            "ip_id_load": In(stream.Signature(16)),
+            "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
             "frames": Out(32),
             "frames_aborted": Out(32),
             "wrs_refused": Out(32),
@@ -215,11 +222,21 @@ class TxFramer(wiring.Component):
         ph_take = Signal()
         pd = Signal(pd_layout)
         pd_push = Signal()
+        # the merger sees the descriptor register, or (low_latency) the descriptor being built
+        # when the register is empty
+        pe = Signal(pd_layout)
+        pe_valid = Signal()
+        pe_take = Signal()
+        direct = Signal()
         m.d.comb += [
+            pe.eq(Mux(ph_valid, ph, pd)),
+            pe_valid.eq(ph_valid | (cfg.low_latency & (s_valid | a_valid))),
+            ph_take.eq(pe_take & ph_valid),
+            direct.eq(pe_take & ~ph_valid),
             pd_push.eq((s_valid | a_valid) & (~ph_valid | ph_take)),
             a_move.eq(a_valid & ~s_valid & pd_push),
         ]
-        with m.If(pd_push):
+        with m.If(pd_push & ~direct):
             m.d.sync += [ph.eq(pd), ph_valid.eq(1)]
         with m.Elif(ph_take):
             m.d.sync += ph_valid.eq(0)
@@ -334,7 +351,7 @@ class TxFramer(wiring.Component):
         hit_psn = Signal(24)
         hit_err = Signal()
         for k in reversed(range(_CAM_DEPTH)):      # newest (0) wins
-            with m.If(cam_v[k] & (cam_qp[k] == ph.qp)):
+            with m.If(cam_v[k] & (cam_qp[k] == pe.qp)):
                 m.d.comb += [hit.eq(1), hit_psn.eq(cam_psn[k]), hit_err.eq(cam_err[k])]
 
         IDLE, BUSY, DRAIN, SKIP = range(4)
@@ -392,15 +409,15 @@ class TxFramer(wiring.Component):
         ]
 
         late_refuse = Signal()
-        m.d.comb += late_refuse.eq(ph.first & hit & hit_err)
+        m.d.comb += late_refuse.eq(pe.first & hit & hit_err)
         ntake = Signal()   # start a packet
         rtake = Signal()   # refuse a WR
         idle_ph = Signal()
         m.d.comb += [
-            idle_ph.eq((mode == IDLE) & ph_valid),
-            ntake.eq(idle_ph & (ph.refuse == 0) & ~late_refuse),
-            rtake.eq(idle_ph & ((ph.refuse != 0) | late_refuse)),
-            ph_take.eq(ntake | rtake | ((mode == SKIP) & ph_valid)),
+            idle_ph.eq((mode == IDLE) & pe_valid),
+            ntake.eq(idle_ph & (pe.refuse == 0) & ~late_refuse),
+            rtake.eq(idle_ph & ((pe.refuse != 0) | late_refuse)),
+            pe_take.eq(ntake | rtake | ((mode == SKIP) & pe_valid)),
         ]
 
         # effective current-packet parameters (descriptor on a take, registers otherwise)
@@ -423,24 +440,24 @@ class TxFramer(wiring.Component):
         take_csum = Signal(16)
         csum_s = Signal(17)
         m.d.comb += [
-            take_psn.eq(Mux(ph.first, Mux(hit, hit_psn, ph.ram_psn), psn + 1)),
-            csum_s.eq(ph.csum + ip_id),
+            take_psn.eq(Mux(pe.first, Mux(hit, hit_psn, pe.ram_psn), psn + 1)),
+            csum_s.eq(pe.csum + ip_id),
             take_csum.eq(~(csum_s[:16] + csum_s[16])),
             patch[_OFF_IP_ID * 8:(_OFF_IP_ID + 2) * 8].eq(layouts.to_lanes(ip_id, 2)),
             patch[_OFF_IP_CSUM * 8:(_OFF_IP_CSUM + 2) * 8].eq(layouts.to_lanes(take_csum, 2)),
             patch[_OFF_PSN * 8:(_OFF_PSN + 3) * 8].eq(layouts.to_lanes(take_psn, 3)),
-            hdr_full.eq(ph.hdr | patch),
+            hdr_full.eq(pe.hdr | patch),
         ]
         with m.If(ntake):
-            with m.Switch(ph.sel):
+            with m.Switch(pe.sel):
                 for c in range(4):
                     with m.Case(c):
                         m.d.comb += e_hdr_left.eq(hb[c])
             m.d.comb += [
-                e_sel.eq(ph.sel), e_in_left.eq(ph.in_beats),
-                e_out_left.eq(ph.out_beats), e_final.eq(ph.last), e_first.eq(ph.first),
-                e_lik.eq(ph.lik), e_lok.eq(ph.lok), e_beat0.eq(1), e_psn.eq(take_psn),
-                e_qp.eq(ph.qp), e_wr_id.eq(ph.wr_id), low_src.eq(hdr_full),
+                e_sel.eq(pe.sel), e_in_left.eq(pe.in_beats),
+                e_out_left.eq(pe.out_beats), e_final.eq(pe.last), e_first.eq(pe.first),
+                e_lik.eq(pe.lik), e_lok.eq(pe.lok), e_beat0.eq(1), e_psn.eq(take_psn),
+                e_qp.eq(pe.qp), e_wr_id.eq(pe.wr_id), low_src.eq(hdr_full),
             ]
         with m.Else():
             m.d.comb += [
@@ -519,12 +536,12 @@ class TxFramer(wiring.Component):
         # register updates of the current packet
         with m.If(ntake):
             m.d.sync += [
-                c_sel.eq(ph.sel), c_final.eq(ph.last), c_first.eq(ph.first), c_lik.eq(ph.lik),
-                c_lok.eq(ph.lok), c_qp.eq(ph.qp), c_wr_id.eq(ph.wr_id), psn.eq(take_psn),
+                c_sel.eq(pe.sel), c_final.eq(pe.last), c_first.eq(pe.first), c_lik.eq(pe.lik),
+                c_lok.eq(pe.lok), c_qp.eq(pe.qp), c_wr_id.eq(pe.wr_id), psn.eq(take_psn),
                 ip_id.eq(ip_id + 1), n_frames.eq(n_frames + 1),
             ]
         with m.If(self.ip_id_load.valid):
-            m.d.sync += ip_id.eq(self.ip_id_load.payload)
+            m.d.sync += ip_id.eq(self.ip_id_load.payload.value)
 
         with m.If(emit):
             m.d.sync += [
@@ -567,18 +584,18 @@ class TxFramer(wiring.Component):
 
         with m.If(rtake):
             m.d.comb += [
-                st_push.eq(1), st_data.wr_id.eq(ph.wr_id), st_data.qp.eq(ph.qp),
-                st_data.status.eq(Mux(ph.refuse != 0, ph.refuse, _LOC_QP_OP_ERR)),
+                st_push.eq(1), st_data.wr_id.eq(pe.wr_id), st_data.qp.eq(pe.qp),
+                st_data.status.eq(Mux(pe.refuse != 0, pe.refuse, _LOC_QP_OP_ERR)),
             ]
-            m.d.sync += [n_refused.eq(n_refused + 1), skip_pending.eq(~ph.last)]
-            with m.If(ph.has_payload):
+            m.d.sync += [n_refused.eq(n_refused + 1), skip_pending.eq(~pe.last)]
+            with m.If(pe.has_payload):
                 m.d.sync += mode.eq(DRAIN)
-            with m.Elif(~ph.last):
+            with m.Elif(~pe.last):
                 m.d.sync += mode.eq(SKIP)
 
         with m.If((mode == DRAIN) & self.i.valid & self.i.payload.last):
             m.d.sync += mode.eq(Mux(skip_pending, SKIP, IDLE))
-        with m.If((mode == SKIP) & ph_valid & ph.last):
+        with m.If((mode == SKIP) & pe_valid & pe.last):
             m.d.sync += mode.eq(IDLE)
 
         # write-back and its forwarding CAM

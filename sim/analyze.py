@@ -49,7 +49,7 @@ from roce_hw.model.packet import parse_frame
 from roce_hw.model.psn import psn_add, psn_diff
 from sim.pcap import CaptureError, read_capture
 
-__all__ = ["analyze", "main", "IPG_BINS_US", "format_frame"]
+__all__ = ["analyze", "main", "IPG_BINS_US", "format_frame", "HardwareCheckError"]
 
 #: Upper edges of the inter-packet-gap histogram bins, in microseconds (the last bin is open).
 IPG_BINS_US = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
@@ -255,11 +255,17 @@ def _is_rocev2(frame):
         int.from_bytes(frame[off + 2:off + 4], "big") == proto.ROCEV2_UDP_PORT
 
 
+class HardwareCheckError(Exception):
+    """The simulated hardware checker (``--hw``) failed to give one verdict per frame."""
+
+
 def analyze(packets, *, hw_width=None):
     """Analyze a list of :class:`sim.pcap.Packet`; returns a JSON-serialisable report dict.
 
-    With ``hw_width`` the RoCEv2 frames whose iCRC could be checked are also checked by
-    ``sim.icrc_hw.check_frames(frames, hw_width)`` (raises ``ImportError`` if it is missing).
+    With ``hw_width`` the RoCEv2 frames whose iCRC could be checked (each cut at the end of its
+    UDP-length-bounded packet) are also checked by ``sim.icrc_hw.check_frames(frames,
+    hw_width)``; raises ``ImportError`` if that module is missing and
+    :class:`HardwareCheckError` if it fails.
     """
     t0 = packets[0].time if packets else 0.0
     records, flows = [], {}
@@ -344,10 +350,13 @@ def analyze(packets, *, hw_width=None):
     if hw_width is not None:
         from sim import icrc_hw        # written by the hardware side; imported lazily
         frames = [f for _, f in checked]
-        results = list(icrc_hw.check_frames(frames, hw_width)) if frames else []
+        try:
+            results = list(icrc_hw.check_frames(frames, hw_width)) if frames else []
+        except Exception as e:     # report any failure of the simulated checker, no traceback
+            raise HardwareCheckError(f"hardware check failed: {type(e).__name__}: {e}") from e
         if len(results) != len(frames):
-            raise RuntimeError(f"sim.icrc_hw.check_frames returned {len(results)} results "
-                               f"for {len(frames)} frames")
+            raise HardwareCheckError(f"sim.icrc_hw.check_frames returned {len(results)} "
+                                     f"results for {len(frames)} frames")
         disagree = []
         for (rec, _), ok in zip(checked, results):
             rec["icrc_hw"] = "good" if ok else "bad"
@@ -506,9 +515,7 @@ def main(argv=None):
         return _fail("--width only applies together with --hw")
     try:
         rep = analyze(packets, hw_width=hw_width)
-    except ValueError as e:             # e.g. an unsupported --width from the hardware side
-        return _fail(f"hardware check failed: {e}")
-    except RuntimeError as e:
+    except HardwareCheckError as e:     # e.g. an unsupported --width
         return _fail(str(e))
     _print_report(rep, sys.stdout, quiet=args.quiet)
     if args.json:

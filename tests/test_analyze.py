@@ -366,3 +366,22 @@ def test_ack_nak_rnr_cnp_counts(tmp_path):
     assert "AETH(RNR-NAK timer=14(1.28ms) msn=1)" in text
     assert "AETH(ACK credits=6 msn=2)" in text
     assert " CNP " in text
+
+
+def test_hw_checker_agrees_with_model(golden_dir, tmp_path):
+    """The simulated hardware iCRC checker (sim.icrc_hw, 64-bit datapath) agrees with the model
+    on a golden capture and on its one-bit-flipped copy."""
+    pytest.importorskip("sim.icrc_hw")
+    good = run(golden_dir / "rdma_write_lat.pcap", "--hw", "--width", "64", "--quiet")
+    _no_traceback(good)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "Hardware iCRC check (width 64): 20 of 20 good, 0 disagree with the model" in good.stdout
+    bad = tmp_path / "bad.pcap"
+    assert _flip_roce_bits(golden_dir / "rdma_write_lat.pcap", bad) == 20
+    r = run(bad, "--hw", "--width", "64", "--quiet")
+    assert r.returncode == 1
+    assert "Hardware iCRC check (width 64): 0 of 20 good, 0 disagree with the model" in r.stdout
+    assert _last_line(r.stdout) == "0 passed, 20 failed"
+    bad_width = run(golden_dir / "rdma_write_lat.pcap", "--hw", "--width", "100", "--quiet")
+    _no_traceback(bad_width)
+    assert bad_width.returncode == 2 and "100" in bad_width.stderr
