@@ -593,7 +593,7 @@ class ResponderModel:
                           "left after the headers", qpn=qpn, psn=psn, counter="malformed")
             return None
         transport_len = l4_end - proto.ICRC_BYTES - bo
-        if False:
+        if transport_len % 4:
             self._violate("bad_padcnt", f"BTH..pad is {transport_len} bytes, not a multiple of 4: "
                           f"PadCnt {pad} does not make payload {pay_end - eo} + pad 4-byte aligned",
                           qpn=qpn, psn=psn, counter="malformed")

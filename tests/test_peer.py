@@ -648,3 +648,37 @@ def test_tx_engine_frames_accepted(width):
     assert [c.data for c in got] == [w.payload for w in wrs]
     assert [c.imm for c in got] == [w.imm if w.opcode in (1, 3) else None for w in wrs]
     assert peer.violations == [] and peer.counters["acks_sent"] == 12
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_go_back_n_after_a_lost_frame(seed):
+    """Drop one random frame of a seeded stream: the responder NAKs once with the lost PSN,
+    stays silent for the rest, and a go-back-N resend from the NAK PSN (including frames it
+    already has, mid-message without a RETH) completes every message exactly once."""
+    rng = random.Random(seed)
+    peer = make_peer(recv=30, mr_len=1 << 18)
+    frames, expect, psn = [], [], EPSN
+    for _ in range(30):
+        kind = rng.choice(["SEND", "WRITE", "WRITE_IMM"])
+        data = rng.randbytes(rng.choice([1, 100, 1024, 2049, 4000]))
+        imm = rng.getrandbits(32) if kind.endswith("IMM") else None
+        fs = _segment_by_hand(kind, psn, data, va=VA + rng.randrange((1 << 18) - 4000), imm=imm)
+        frames += fs
+        psn += len(fs)
+        expect.append((kind, data))
+    lost = rng.randrange(1, len(frames) - 1)
+    out = []
+    for k, f in enumerate(frames):
+        if k != lost:
+            out += peer.receive(f)
+    naks = [scapy_ack(f) for f in out if scapy_ack(f)[3] != 0x1F]
+    assert naks == [(0x11, REMOTE_QPN, (EPSN + lost) & 0xFFFFFF, 0x60, naks[0][4])]
+    assert peer.counters["out_of_seq_dropped"] == len(frames) - lost - 2
+    # go back N: resend from one frame before the NAK PSN (that one is a duplicate)
+    out = []
+    for f in frames[lost - 1:]:
+        out += peer.receive(f)
+    assert peer.counters["duplicates"] == 1
+    assert [(c.kind, c.data) for c in peer.completions] == expect
+    assert all(scapy_ack(f)[3] == 0x1F for f in out)
+    assert [v.kind for v in peer.violations if v.fatal] == ["psn_ahead"] * (len(frames) - lost - 1)
