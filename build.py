@@ -20,7 +20,9 @@ PORT_NAMES = {"i": "payload", "o": "tx"}
 
 def generate(config, out_dir, *, name="roce_tx", lint=False, log=print):
     """Emit the engine built from ``config`` into ``out_dir``; returns the Verilog path."""
+    from amaranth import Shape
     from amaranth.back import verilog
+    from amaranth.lib.wiring import In
 
     from roce_hw.axis import FlatTop
     from roce_hw.tx_engine import TxEngine
@@ -37,10 +39,9 @@ def generate(config, out_dir, *, name="roce_tx", lint=False, log=print):
     ports = out / f"{name}_ports.txt"
     lines = [f"# ports of module {name} ({config.data_width}-bit, {config.n_qp} QPs)"]
     for pname, member in top.signature.members.items():
-        shape = member.shape
-        lines.append(f"{'input ' if member.flow.name == 'In' else 'output'} "
-                     f"[{shape.width - 1}:0] {pname}" if shape.width > 1 else
-                     f"{'input ' if member.flow.name == 'In' else 'output'} {pname}")
+        width = Shape.cast(member.shape).width
+        direction = "input " if member.flow == In else "output"
+        lines.append(f"{direction} [{width - 1}:0] {pname}" if width > 1 else f"{direction} {pname}")
     lines += ["input  clk", "input  rst"]
     ports.write_text("\n".join(lines) + "\n")
     log(f"wrote {ports}")
