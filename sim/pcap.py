@@ -151,16 +151,17 @@ def read_capture(path):
     raise CaptureError(f"{path}: not a pcap or pcapng file (magic {magic.hex()})")
 
 
-def write_pcap(path, frames, *, start_time=0.0, interval=1e-6):
-    """Write Ethernet ``frames`` (bytes, or ``(time, bytes)`` pairs) to a classic
-    microsecond pcap file that Wireshark and tshark open."""
+def write_pcap(path, frames, *, start_time=0.0, interval=1e-6, nanoseconds=False):
+    """Write Ethernet ``frames`` (bytes, or ``(time, bytes)`` pairs) to a classic pcap file
+    that Wireshark and tshark open; microsecond time stamps, or nanosecond ones with
+    ``nanoseconds=True`` (for simulated traffic, where frames are a few ns apart)."""
+    scale = 10 ** 9 if nanoseconds else 10 ** 6
+    magic = 0xA1B23C4D if nanoseconds else 0xA1B2C3D4
     with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0x40000, LINKTYPE_ETHERNET))
+        f.write(struct.pack("<IHHiIII", magic, 2, 4, 0, 0, 0x40000, LINKTYPE_ETHERNET))
         for i, fr in enumerate(frames):
             t, data = fr if isinstance(fr, tuple) else (start_time + i * interval, fr)
-            sec = int(t)
-            usec = int(round((t - sec) * 1e6))
-            if usec >= 1000000:
-                sec, usec = sec + 1, usec - 1000000
-            f.write(struct.pack("<IIII", sec, usec, len(data), len(data)))
+            ticks = int(round(t * scale))
+            sec, frac = divmod(ticks, scale)
+            f.write(struct.pack("<IIII", sec, frac, len(data), len(data)))
             f.write(bytes(data))

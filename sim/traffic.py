@@ -421,7 +421,8 @@ def main(argv=None):
         from sim.pcap import write_pcap
         Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
         period = 1 / (156.25e6 if width == 64 else 322e6)
-        write_pcap(args.pcap, [(f[0] * period, f[2]) for f in res.frames if not f[3]])
+        write_pcap(args.pcap, [(f[0] * period, f[2]) for f in res.frames if not f[3]],
+                   nanoseconds=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
