@@ -148,7 +148,8 @@ class TxEngine(wiring.Component):
     nothing valid was sent and the QP (PSN, state) is unchanged. If earlier packets of the
     message already went out, the QP is moved to ERROR (``state`` = 6) and its ``next_psn``
     is set to the PSN of the aborted packet; later WRs for it are refused (LOC_QP_OP_ERR) until
-    the QP is set up again through ``qp_mgmt_req``.
+    the QP is set up again through ``qp_mgmt_req``. (A payload packet sent for a WR of length
+    0 cannot be told apart from the next WR's payload; it is taken as that.)
 
     Management. ``qp_mgmt_req``/``qp_mgmt_rsp`` are the management port of the internal
     :class:`~roce_hw.qp_state.QPStateTable` (see there). A WR transferred after a management
@@ -157,9 +158,8 @@ class TxEngine(wiring.Component):
 
     Latency and throughput. WR transfer (cycle 0) -> first beat valid on ``o``, engine idle
     and payload valid: 1 cycle (QP read) plus the iCRC inserter's constant latency with
-    ``config.low_latency`` (default), 2 cycles plus it without. Measured with the inserter of
-    :mod:`roce_hw.icrc`: 6, 6, 7, 7, 8 cycles at 64, 128, 256, 512, 1024 bits (7, 7, 8, 8, 9
-    with ``low_latency=False``).
+    ``config.low_latency`` (default), 2 cycles plus it without, i.e.
+    ``1 + ICRCInserter(W).latency`` cycles (checked by ``tests/test_tx_engine.py``).
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
     frame in the next cycle (also across WRs and QPs); a frame is ``ceil(bytes / (W/8))``
     beats long (header merged with the payload, no filler beat). If ``i`` idles in the middle

@@ -75,9 +75,14 @@ class TxFramer(wiring.Component):
        ``H mod (W/8)``: one of at most 4 constants, chosen by the header class. A shift
        register holds the header beats still to go, then the tail of the previous input beat.
 
+    Giving up a message. When the merger refuses a message late (its QP went to ERROR while
+    the WR was in the pipeline) or ends one on a length mismatch before its last packet, it
+    drops that message's remaining descriptors at once (descriptor register and segmenter,
+    found by a 1-bit message tag), so even a 2**31-byte message is abandoned in one cycle.
+
     PSN forwarding. The PSN and state that a WR reads in cycle 0 may be stale by the
-    write-backs of the messages still ahead of it in the pipeline (at most 5 of them: segmenter,
-    descriptor register, merger, and one write-back waiting for ``tx_upd``). The
+    write-backs of the messages still ahead of it in the pipeline (at most 6 of them: segmenter,
+    descriptor register, merger, and two write-backs waiting for ``tx_upd``). The
     merger keeps its last 8 write-backs (QP index, next PSN, error) and, when it starts a
     message, uses the newest matching one instead of the row read. Management writes to a QP
     (seen on ``mgmt_snoop_*``) clear its entries.
@@ -177,9 +182,10 @@ class TxFramer(wiring.Component):
             "wr_id": 64, "opcode": 2, "qp": qw, "remote_addr": 64, "r_key": 32, "length": 32,
             "imm": 32, "solicited": 1, "refuse": 5, "remote_qpn": 24, "remote_mac": 48,
             "remote_ip": 32, "udp_sport": 16, "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1,
-            "pmtu": 3, "next_psn": 24, "base": 18,
+            "pmtu": 3, "next_psn": 24, "base": 18, "tag": 1,
         })
         s_valid = Signal()          # a message with packets left is in the segmenter
+        a_tag = Signal()            # tag of the next message the segmenter takes
         s = Signal(msg_layout)
         s_rem = Signal(32)
         s_first = Signal()
@@ -202,7 +208,7 @@ class TxFramer(wiring.Component):
                 v.remote_ip.eq(ctx.remote_ip), v.udp_sport.eq(ctx.udp_sport),
                 v.dscp.eq(ctx.dscp), v.ecn.eq(ctx.ecn), v.p_key.eq(ctx.p_key),
                 v.migreq.eq(ctx.migreq), v.pmtu.eq(ctx.pmtu), v.next_psn.eq(ctx.next_psn),
-                v.base.eq(a_base),
+                v.base.eq(a_base), v.tag.eq(a_tag),
                 v_rem.eq(a_wr.length), v_first.eq(1), v_ackcnt.eq(0),
             ]
 
@@ -216,6 +222,7 @@ class TxFramer(wiring.Component):
             "csum": 16,               # folded IPv4 checksum sum without the IP ID
             "first": 1, "last": 1,    # first / last packet of the message
             "qp": qw, "ram_psn": 24, "refuse": 5, "has_payload": 1, "wr_id": 64,
+            "tag": 1,                 # message tag (alternates per message), for flushing
         })
         ph_valid = Signal()
         ph = Signal(pd_layout)
@@ -229,8 +236,8 @@ class TxFramer(wiring.Component):
         pe_take = Signal()
         direct = Signal()
         m.d.comb += [
-            pe.eq(Mux(ph_valid, ph, pd)),
-            pe_valid.eq(ph_valid | (cfg.low_latency & (s_valid | a_valid))),
+            pe.eq(Mux(ph_valid, ph, pd) if cfg.low_latency else ph),
+            pe_valid.eq(ph_valid | (s_valid | a_valid) if cfg.low_latency else ph_valid),
             ph_take.eq(pe_take & ph_valid),
             direct.eq(pe_take & ~ph_valid),
             pd_push.eq((s_valid | a_valid) & (~ph_valid | ph_take)),
@@ -240,6 +247,19 @@ class TxFramer(wiring.Component):
             m.d.sync += [ph.eq(pd), ph_valid.eq(1)]
         with m.Elif(ph_take):
             m.d.sync += ph_valid.eq(0)
+        with m.If(a_move):
+            m.d.sync += a_tag.eq(~a_tag)
+        # flush: the merger gave up a message (refused late, or a length mismatch before its
+        # last packet): drop its descriptors still in the descriptor register or to come from
+        # the segmenter (at most one message is ever split between them and the merger)
+        flush = Signal()
+        flush_tag = Signal()
+        new_ph_tag = Signal()
+        new_s_tag = Signal()
+        m.d.comb += [
+            new_ph_tag.eq(Mux(pd_push & ~direct, pd.tag, ph.tag)),
+            new_s_tag.eq(Mux(pd_push, v.tag, s.tag)),
+        ]
 
         pmtu_bytes = Signal(13)
         with m.Switch(v.pmtu):
@@ -338,7 +358,7 @@ class TxFramer(wiring.Component):
             pd.csum.eq(csum_f1[:16] + csum_f1[16]),
             pd.first.eq(v_first), pd.last.eq(p_last),
             pd.qp.eq(v.qp), pd.ram_psn.eq(v.next_psn), pd.refuse.eq(v.refuse),
-            pd.has_payload.eq(v.length != 0), pd.wr_id.eq(v.wr_id),
+            pd.has_payload.eq(v.length != 0), pd.wr_id.eq(v.wr_id), pd.tag.eq(v.tag),
         ]
 
         # ------------------------------------------------------------------ merger
@@ -354,7 +374,10 @@ class TxFramer(wiring.Component):
             with m.If(cam_v[k] & (cam_qp[k] == pe.qp)):
                 m.d.comb += [hit.eq(1), hit_psn.eq(cam_psn[k]), hit_err.eq(cam_err[k])]
 
-        IDLE, BUSY, DRAIN, SKIP = range(4)
+        # merger mode (a plain register rather than m.FSM: its next value is decided by the
+        # beat datapath below in a few places): IDLE = between packets, BUSY = in a packet,
+        # DRAIN = dropping the rest of a refused or mismatched payload packet from `i`
+        IDLE, BUSY, DRAIN = range(3)
         mode = Signal(2)
         sr = Signal(srb * 8)
         c_sel = Signal(2)
@@ -369,17 +392,21 @@ class TxFramer(wiring.Component):
         c_qp = Signal(qw)
         c_wr_id = Signal(64)
         psn = Signal(24)
-        skip_pending = Signal()
+        c_tag = Signal()
         ip_id = Signal(16, init=cfg.ip_id_start)
 
-
-        wb_valid = Signal()
+        # write-backs wait in a 2-entry FIFO: the merger needs room for one (a registered
+        # condition, so `o.valid` never depends on `tx_upd.ready`)
         wb = Signal(tx_upd_layout(cfg.n_qp))
         wb_space = Signal()
+        m.submodules.wb_fifo = wb_fifo = fifo.SyncFIFO(
+            width=Shape.cast(tx_upd_layout(cfg.n_qp)).width, depth=2)
         m.d.comb += [
-            self.tx_upd.valid.eq(wb_valid),
-            self.tx_upd.payload.eq(wb),
-            wb_space.eq(~wb_valid | self.tx_upd.ready),
+            wb_fifo.w_data.eq(wb),
+            self.tx_upd.valid.eq(wb_fifo.r_rdy),
+            self.tx_upd.payload.eq(wb_fifo.r_data),
+            wb_fifo.r_en.eq(self.tx_upd.ready),
+            wb_space.eq(wb_fifo.w_rdy),
         ]
 
         st_fifo = fifo.SyncFIFO(width=Shape.cast(status_layout(cfg)).width,
@@ -417,7 +444,7 @@ class TxFramer(wiring.Component):
             idle_ph.eq((mode == IDLE) & pe_valid),
             ntake.eq(idle_ph & (pe.refuse == 0) & ~late_refuse),
             rtake.eq(idle_ph & ((pe.refuse != 0) | late_refuse)),
-            pe_take.eq(ntake | rtake | ((mode == SKIP) & pe_valid)),
+            pe_take.eq(ntake | rtake),
         ]
 
         # effective current-packet parameters (descriptor on a take, registers otherwise)
@@ -527,8 +554,6 @@ class TxFramer(wiring.Component):
             self.o.payload.abort.eq(mism),
         ]
 
-        with m.If(wb_valid & self.tx_upd.ready):
-            m.d.sync += wb_valid.eq(0)
         wb_push = Signal()
         wb_psn = Signal(24)
         wb_err = Signal()
@@ -538,6 +563,7 @@ class TxFramer(wiring.Component):
             m.d.sync += [
                 c_sel.eq(pe.sel), c_final.eq(pe.last), c_first.eq(pe.first), c_lik.eq(pe.lik),
                 c_lok.eq(pe.lok), c_qp.eq(pe.qp), c_wr_id.eq(pe.wr_id), psn.eq(take_psn),
+                c_tag.eq(pe.tag),
                 ip_id.eq(ip_id + 1), n_frames.eq(n_frames + 1),
             ]
         with m.If(self.ip_id_load.valid):
@@ -556,15 +582,10 @@ class TxFramer(wiring.Component):
                     st_push.eq(1), st_data.wr_id.eq(e_wr_id), st_data.qp.eq(e_qp),
                     st_data.status.eq(_LOC_LEN_ERR),
                     wb_push.eq(~e_first), wb_psn.eq(e_psn), wb_err.eq(1),
+                    flush.eq(~e_final), flush_tag.eq(Mux(ntake, pe.tag, c_tag)),
                 ]
                 m.d.sync += [n_aborted.eq(n_aborted + 1), n_refused.eq(n_refused + 1),
-                             skip_pending.eq(~e_final)]
-                with m.If(~self.i.payload.last):
-                    m.d.sync += mode.eq(DRAIN)
-                with m.Elif(~e_final):
-                    m.d.sync += mode.eq(SKIP)
-                with m.Else():
-                    m.d.sync += mode.eq(IDLE)
+                             mode.eq(Mux(self.i.payload.last, IDLE, DRAIN))]
             with m.Elif(out_last):
                 m.d.sync += mode.eq(IDLE)
                 with m.If(e_final):
@@ -587,23 +608,19 @@ class TxFramer(wiring.Component):
                 st_push.eq(1), st_data.wr_id.eq(pe.wr_id), st_data.qp.eq(pe.qp),
                 st_data.status.eq(Mux(pe.refuse != 0, pe.refuse, _LOC_QP_OP_ERR)),
             ]
-            m.d.sync += [n_refused.eq(n_refused + 1), skip_pending.eq(~pe.last)]
+            m.d.comb += [flush.eq(~pe.last), flush_tag.eq(pe.tag)]
+            m.d.sync += n_refused.eq(n_refused + 1)
             with m.If(pe.has_payload):
                 m.d.sync += mode.eq(DRAIN)
-            with m.Elif(~pe.last):
-                m.d.sync += mode.eq(SKIP)
 
         with m.If((mode == DRAIN) & self.i.valid & self.i.payload.last):
-            m.d.sync += mode.eq(Mux(skip_pending, SKIP, IDLE))
-        with m.If((mode == SKIP) & pe_valid & pe.last):
             m.d.sync += mode.eq(IDLE)
 
         # write-back and its forwarding CAM
-        with m.If(wb_push):
-            m.d.sync += [
-                wb_valid.eq(1), wb.qp.eq(e_qp), wb.psn_we.eq(1), wb.next_psn.eq(wb_psn),
-                wb.state_we.eq(wb_err), wb.state.eq(proto.QPState.ERROR),
-            ]
+        m.d.comb += [
+            wb_fifo.w_en.eq(wb_push), wb.qp.eq(e_qp), wb.psn_we.eq(1), wb.next_psn.eq(wb_psn),
+            wb.state_we.eq(wb_err), wb.state.eq(proto.QPState.ERROR),
+        ]
         for k in range(_CAM_DEPTH):
             with m.If(self.mgmt_snoop_valid & (cam_qp[k] == self.mgmt_snoop_qp)):
                 m.d.sync += cam_v[k].eq(0)
@@ -617,4 +634,9 @@ class TxFramer(wiring.Component):
                     m.d.sync += cam_v[k].eq(cam_v[k - 1])
                 with m.Else():
                     m.d.sync += cam_v[k].eq(0)
+        # the flush overrides the descriptor register and segmenter updates above
+        with m.If(flush & (new_ph_tag == flush_tag)):
+            m.d.sync += ph_valid.eq(0)
+        with m.If(flush & (new_s_tag == flush_tag)):
+            m.d.sync += s_valid.eq(0)
         return m
