@@ -69,10 +69,21 @@ def flat_ports(signature, rename=None):
     used in the flat ports (``{"i": "payload"}`` gives ``s_axis_payload_tdata``)."""
     members = {}
     rename = rename or {}
+    unknown = set(rename) - set(signature.members)
+    if unknown:
+        raise ValueError(f"rename names {sorted(unknown)}, which are not members of the "
+                         f"signature ({', '.join(signature.members)})")
+
+    def add(port, value):
+        if port in members:
+            raise ValueError(f"two members flatten to the same port name {port!r}; "
+                             f"use rename= to tell them apart")
+        members[port] = value
+
     for orig, member in signature.members.items():
         name = rename.get(orig, orig)
         if member.is_port:
-            members[name] = (member, None)
+            add(name, (member, None))
             continue
         sink = member.flow == In   # the component consumes it
         layout = _payload_layout(name, member)
@@ -85,24 +96,44 @@ def flat_ports(signature, rename=None):
                 fields["tuser"] = 1
             d_in = In if sink else Out
             for f, shape in fields.items():
-                members[base + f] = (d_in(shape), None)
-            members[base + "tvalid"] = (d_in(1), None)
-            members[base + "tready"] = ((Out if sink else In)(1), None)
+                add(base + f, (d_in(shape), None))
+            add(base + "tvalid", (d_in(1), None))
+            add(base + "tready", ((Out if sink else In)(1), None))
         else:
             d_in = In if sink else Out
             for flat, path, shape in _leaves(layout, ()):
-                members[f"{pre}{name}_{flat}"] = (d_in(shape), None)
-            members[f"{pre}{name}_valid"] = (d_in(1), None)
-            members[f"{pre}{name}_ready"] = ((Out if sink else In)(1), None)
+                add(f"{pre}{name}_{flat}", (d_in(shape), None))
+            add(f"{pre}{name}_valid", (d_in(1), None))
+            add(f"{pre}{name}_ready", ((Out if sink else In)(1), None))
     return members
 
 
 class FlatTop(wiring.Component):
     """Wrap ``inner`` (a ``wiring.Component``) so that its Verilog has one port per field.
 
-    ``rename`` optionally maps member names of ``inner`` to the names used in the flat ports.
+    Latency: none; throughput and backpressure: those of ``inner`` (every ``valid``, ``ready``
+    and payload bit is wired straight through). The only state is one bit per input packet
+    stream that remembers whether a packet is open, to derive ``first``. See the module
+    docstring for the naming rules.
 
-    Latency: none (combinational pass-through); see the module docstring for the naming rules.
+    Parameters
+    ----------
+    inner : wiring.Component
+        The component to wrap; its members must be streams or plain ports.
+    rename : dict of str to str, optional
+        Member names of ``inner`` -> names used in the flat ports (``{"i": "payload"}``).
+
+    Members
+    -------
+    The ports listed by :func:`flat_ports` for ``inner.signature``.
+
+    Raises
+    ------
+    TypeError
+        If a member of ``inner`` is neither a stream nor a plain port.
+    ValueError
+        If ``rename`` names a member ``inner`` does not have, or two members would flatten to
+        the same port name.
     """
 
     def __init__(self, inner, rename=None):

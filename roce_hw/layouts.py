@@ -29,21 +29,27 @@ def network_struct(header):
     return data.StructLayout(dict(reversed(header.fields)))
 
 
-def to_lanes(value, nbytes):
-    """Reorder a big-endian (wire-order) bit vector of ``nbytes`` bytes into bus lane order,
-    wire byte 0 in bits [7:0]. ``value`` may be a ``data.View`` or any ``Value``."""
+def _byte_reverse(value, nbytes):
+    # Reversing the byte order is its own inverse, so one function serves both directions.
     v = Value.cast(value)
     if len(v) != nbytes * 8:
         raise ValueError(f"value is {len(v)} bits, expected {nbytes * 8}")
     return Cat(*[v.word_select(nbytes - 1 - i, 8) for i in range(nbytes)])
+
+
+def to_lanes(value, nbytes):
+    """Reorder a big-endian (wire-order) bit vector of ``nbytes`` bytes into bus lane order,
+    wire byte 0 in bits [7:0]. ``value`` may be a ``data.View`` or any ``Value``.
+
+    Raises ``ValueError`` if ``value`` is not ``8 * nbytes`` bits wide."""
+    return _byte_reverse(value, nbytes)
 
 
 def from_lanes(value, nbytes):
-    """Inverse of :func:`to_lanes`: lane-ordered bytes to a big-endian bit vector."""
-    v = Value.cast(value)
-    if len(v) != nbytes * 8:
-        raise ValueError(f"value is {len(v)} bits, expected {nbytes * 8}")
-    return Cat(*[v.word_select(nbytes - 1 - i, 8) for i in range(nbytes)])
+    """Inverse of :func:`to_lanes`: lane-ordered bytes to a big-endian bit vector.
+
+    Raises ``ValueError`` if ``value`` is not ``8 * nbytes`` bits wide."""
+    return _byte_reverse(value, nbytes)
 
 
 ETH = network_struct(proto.ETH)

@@ -38,7 +38,6 @@ import ipaddress
 import json
 import math
 import statistics
-import struct
 import sys
 from collections import Counter
 
@@ -293,7 +292,7 @@ def analyze(packets, *, hw_width=None):
                 start, end = frame_l3(frame)
                 rec["icrc"] = "good" if frame_icrc_ok(frame) else "bad"
                 checked.append((rec, frame[:end]))
-            except (ValueError, IndexError, struct.error):
+            except ValueError:       # frame_l3 raises ValueError for any unusable frame
                 rec["icrc"] = "unchecked"
                 if pkt.wire_len > len(frame):
                     snapped += 1

@@ -633,8 +633,12 @@ def _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd):
     (wdir / "ready.bin").write_text("\n".join(map(str, stim.ready)) + "\n")
     tb, tied = _testbench("roce_tx", ports, stim, vcd=vcd)
     (wdir / "tb.v").write_text(tb)
-    comp = subprocess.run([tools["iverilog"], f"-g{IVERILOG_STD}", "-o", "tb.vvp", "-s", "tb",
-                           "tb.v", str(vpath.resolve())], cwd=wdir, capture_output=True, text=True)
+    try:
+        comp = subprocess.run([tools["iverilog"], f"-g{IVERILOG_STD}", "-o", "tb.vvp", "-s", "tb",
+                               "tb.v", str(vpath.resolve())], cwd=wdir, capture_output=True,
+                              text=True, timeout=wall_timeout)
+    except subprocess.TimeoutExpired:
+        raise CosimTimeout(f"iverilog did not finish within {wall_timeout} s") from None
     if comp.returncode != 0:
         raise CosimError(f"iverilog failed ({comp.returncode}):\n{comp.stderr.strip()[-4000:]}")
     t0 = time.monotonic()
@@ -800,7 +804,7 @@ def main(argv=None):
 
     from roce_hw.config import DATA_WIDTHS, EngineConfig
     from roce_hw.model.icrc import frame_icrc_ok
-    from sim.traffic import OPS, expected_frames, random_workload
+    from sim.traffic import OPS, count_mismatches, expected_frames, random_workload
 
     ap = argparse.ArgumentParser(prog="python -m sim.cosim",
                                  description=main.__doc__.split("\n")[0].strip("`"))
@@ -834,7 +838,7 @@ def main(argv=None):
         return 1
     expect = expected_frames(config, qps, wrs, ip_id_start=config.ip_id_start)
     got = [f for f, _ in res.frames]
-    diff = sum(a != b for a, b in zip(got, expect)) + abs(len(got) - len(expect))
+    diff = count_mismatches(got, expect)
     bad_icrc = sum(not frame_icrc_ok(f) for f in got)
     print(f"{len(got)} frames in {res.cycles} cycles ({time.monotonic() - t0:.1f} s): "
           f"{diff} differ from the golden model, {bad_icrc} bad iCRC, "

@@ -6,7 +6,7 @@ Producers insert seeded random idle cycles *between* transfers only (a stream ma
 producer and one per consumer.
 """
 
-__all__ = ["beats_of", "stream_put", "stream_get", "send_packet", "recv_packet"]
+__all__ = ["beats_of", "framing_error", "stream_put", "stream_get", "send_packet", "recv_packet"]
 
 
 def beats_of(pkt, width):
@@ -21,15 +21,41 @@ def beats_of(pkt, width):
             for i, c in enumerate(chunks)]
 
 
-async def stream_put(ctx, s, payload, *, rng=None, p_idle=0.0):
-    """Transfer one ``payload`` on stream interface ``s`` (the producer side), optionally after
-    random idle cycles; leaves ``valid`` low afterwards."""
+def framing_error(index, keep, first, last, nbytes):
+    """What is wrong with beat ``index`` (0-based within its packet) under the conventions of
+    :mod:`roce_hw.stream`, or ``None``: ``first`` exactly on beat 0, ``keep`` contiguous from bit
+    0 with at least one byte, and full (``nbytes`` lanes) unless ``last``."""
+    keep = int(keep)
+    count = keep.bit_length()
+    if bool(first) != (index == 0):
+        return f"beat {index}: first={int(first)}"
+    if keep != (1 << count) - 1 or count == 0:
+        return f"beat {index}: keep {keep:#x}"
+    if not last and count != nbytes:
+        return f"beat {index}: partial keep {keep:#x} without last"
+    return None
+
+
+async def _offer(ctx, s, payload, rng, p_idle):
+    """Producer side of one transfer: random idle cycles (``valid`` low) *before* the payload
+    is offered, then hold ``valid`` and ``payload`` until the transfer; ``valid`` stays high."""
     while rng is not None and p_idle and rng.random() < p_idle:
         ctx.set(s.valid, 0)
         await ctx.tick()
     ctx.set(s.payload, payload)
     ctx.set(s.valid, 1)
     await ctx.tick().until(s.ready)
+
+
+def _ready_now(rng, p_stall):
+    """Consumer side: this cycle's ``ready`` under random backpressure."""
+    return not (rng is not None and p_stall and rng.random() < p_stall)
+
+
+async def stream_put(ctx, s, payload, *, rng=None, p_idle=0.0):
+    """Transfer one ``payload`` on stream interface ``s`` (the producer side), optionally after
+    random idle cycles; leaves ``valid`` low afterwards."""
+    await _offer(ctx, s, payload, rng, p_idle)
     ctx.set(s.valid, 0)
 
 
@@ -37,7 +63,7 @@ async def stream_get(ctx, s, *, rng=None, p_stall=0.0):
     """Receive one payload from stream interface ``s`` (the consumer side), with random
     backpressure; returns the payload as sampled (a ``data.Const`` for struct payloads)."""
     while True:
-        ready = not (rng is not None and p_stall and rng.random() < p_stall)
+        ready = _ready_now(rng, p_stall)
         ctx.set(s.ready, ready)
         _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
         if valid and ready:
@@ -55,12 +81,7 @@ async def send_packet(ctx, s, pkt, width, *, rng=None, p_idle=0.0, garbage=True)
             used = beat["keep"].bit_length()
             junk = rng.getrandbits(8 * (n - used)) if n > used else 0
             beat = dict(beat, data=beat["data"] | (junk << (8 * used)))
-        while rng is not None and p_idle and rng.random() < p_idle:
-            ctx.set(s.valid, 0)
-            await ctx.tick()
-        ctx.set(s.payload, beat)
-        ctx.set(s.valid, 1)
-        await ctx.tick().until(s.ready)
+        await _offer(ctx, s, beat, rng, p_idle)
     ctx.set(s.valid, 0)
 
 
@@ -73,18 +94,15 @@ async def recv_packet(ctx, s, width, *, rng=None, p_stall=0.0, check_framing=Tru
     out = bytearray()
     index = 0
     while True:
-        ready = not (rng is not None and p_stall and rng.random() < p_stall)
+        ready = _ready_now(rng, p_stall)
         ctx.set(s.ready, ready)
         _, _, valid, p = await ctx.tick().sample(s.valid, s.payload)
         if not (valid and ready):
             continue
-        keep = int(p.keep)
-        count = keep.bit_length()
         if check_framing:
-            assert bool(p.first) == (index == 0), f"beat {index}: first={int(p.first)}"
-            assert keep == (1 << count) - 1 and count > 0, f"beat {index}: keep {keep:#x}"
-            assert p.last or count == n, f"beat {index}: partial keep {keep:#x} without last"
-        out += int(p.data).to_bytes(n, "little")[:count]
+            error = framing_error(index, p.keep, p.first, p.last, n)
+            assert error is None, error
+        out += int(p.data).to_bytes(n, "little")[:int(p.keep).bit_length()]
         index += 1
         if p.last:
             ctx.set(s.ready, 0)

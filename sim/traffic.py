@@ -37,8 +37,8 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
 
-__all__ = ["QPSetup", "WorkItem", "TrafficResult", "run_traffic", "random_workload",
-           "load_scenario", "expected_frames", "main"]
+__all__ = ["CLOCK_MHZ", "QPSetup", "WorkItem", "TrafficResult", "run_traffic", "random_workload",
+           "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
 
 OPS = {
     "write": proto.WrOpcode.RDMA_WRITE,
@@ -47,6 +47,11 @@ OPS = {
     "send_imm": proto.WrOpcode.SEND_WITH_IMM,
 }
 OP_NAMES = {v: k for k, v in OPS.items()}
+
+#: Clock assumed per bus width, in MHz, to turn cycles into time (pcap time stamps) and bytes
+#: per cycle into Gb/s (:mod:`bench.throughput`): 10G-class MACs at 64 bits, 25G/40G at
+#: 128/256 bits, 100G/200G-class at 512/1024 bits.
+CLOCK_MHZ = {64: 156.25, 128: 250.0, 256: 250.0, 512: 322.0, 1024: 322.0}
 
 #: Cycles of silence on the output after all input is consumed that end a simulation.
 QUIET_CYCLES = 200
@@ -102,6 +107,7 @@ class TrafficResult:
     busy_cycles: int = 0                           #: cycles with a beat transferred on `o`
     ready_cycles: int = 0                          #: cycles `o.ready` was high, first..last beat
     span_cycles: int = 0                           #: cycles from the first to the last beat
+    framing_errors: list = field(default_factory=list)  #: beats breaking roce_hw.stream rules
 
     @property
     def good_frames(self):
@@ -132,7 +138,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     """
     from roce_hw.tx_engine import TxEngine
     from sim.harness import run_simulation
-    from sim.stream import send_packet
+    from sim.stream import framing_error, send_packet
 
     dut = TxEngine(config)
     width = config.data_width
@@ -209,6 +215,9 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
             ctx.set(dut.o.ready, ready)
             _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
             if valid and ready:
+                error = framing_error(nbeat - first, p.keep, p.first, p.last, nbytes)
+                if error is not None:
+                    res.framing_errors.append(f"frame {len(raw_frames)}, {error}")
                 count = int(p.keep).bit_length()
                 cur += int(p.data).to_bytes(nbytes, "little")[:count]
                 nbeat += 1
@@ -274,6 +283,12 @@ def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=D
     return frames
 
 
+def count_mismatches(got, expect):
+    """Frames of ``got`` that differ from ``expect`` position by position, plus the difference
+    in count (a missing or extra frame counts once)."""
+    return sum(a != b for a, b in zip(got, expect)) + abs(len(got) - len(expect))
+
+
 def random_workload(*, n_qps, messages, ops, min_size, max_size, pmtu, seed):
     """Seeded random QPs and WRs: the result is a pure function of the arguments."""
     rng = random.Random(seed)
@@ -303,12 +318,36 @@ def _ip(text):
     return text if isinstance(text, int) else int(ipaddress.IPv4Address(text))
 
 
+#: Field widths in bits that a scenario's QPs and WRs must respect (the QP context row and the
+#: WR descriptor of the engine; a wider value would be silently truncated by the hardware).
+_QP_BITS = {"index": 14, "remote_qpn": 24, "remote_mac": 48, "remote_ip": 32, "udp_sport": 16,
+            "start_psn": 24, "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1}
+_WR_BITS = {"remote_addr": 64, "r_key": 32, "imm": 32}
+
+
+def _check_bits(what, obj, widths):
+    for name, bits in widths.items():
+        value = getattr(obj, name)
+        if not 0 <= value < 1 << bits:
+            raise ValueError(f"{what}: {name} = {value} does not fit in {bits} bits")
+
+
 def load_scenario(path):
-    """Read a scenario JSON file: returns ``(settings, qps, wrs)``."""
+    """Read a scenario JSON file: returns ``(settings, qps, wrs)``.
+
+    Raises
+    ------
+    ValueError
+        With a message naming the file and the problem: unreadable file or bad JSON, a missing
+        or malformed field, a value out of range, an unknown opcode or PMTU, or a WR on a QP
+        that the scenario does not set up.
+    """
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read scenario {path}: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"scenario {path}: the top level must be a JSON object")
     try:
         settings = {
             "width": doc.get("width"),
@@ -333,10 +372,20 @@ def load_scenario(path):
                                 remote_addr=int(w.get("remote_addr", 0)),
                                 r_key=int(w.get("r_key", 0)), imm=int(w.get("imm", 0)),
                                 solicited=bool(w.get("solicited", False)), wr_id=n + 1))
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"scenario {path}: missing or bad field {e}") from None
+    if not 0 <= settings["ip_id_start"] <= 0xFFFF:
+        raise ValueError(f"scenario {path}: ip_id_start = {settings['ip_id_start']} is not a "
+                         f"16-bit value")
     for q in qps:
         proto.pmtu_code(q.pmtu)
+        _check_bits(f"scenario {path}: QP {q.index}", q, _QP_BITS)
+    known = {q.index for q in qps}
+    for n, w in enumerate(wrs):
+        if w.qp not in known:
+            raise ValueError(f"scenario {path}: WR {n} names QP {w.qp}, which is not among the "
+                             f"scenario's QPs {sorted(known)}")
+        _check_bits(f"scenario {path}: WR {n}", w, _WR_BITS)
     return settings, qps, wrs
 
 
@@ -354,6 +403,7 @@ def summary(config, qps, wrs, res):
         "width": config.data_width, "frames": len(res.good_frames),
         "aborted_frames": sum(1 for f in res.frames if f[3]),
         "refused_wrs": len(res.statuses), "payload_bytes": payload_bytes,
+        "framing_errors": len(res.framing_errors),
         "cycles": res.cycles, "busy_cycles": res.busy_cycles,
         "bus_utilisation": round(res.utilisation, 6),
         "goodput_bytes_per_cycle": round(payload_bytes / res.cycles, 4) if res.cycles else 0.0,
@@ -380,6 +430,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     try:
+        if not 0 <= args.stall < 1:
+            raise ValueError(f"--stall {args.stall} must be a probability in [0, 1)")
         if args.scenario:
             settings, qps, wrs = load_scenario(args.scenario)
             width = args.width or settings["width"] or 512
@@ -406,19 +458,23 @@ def main(argv=None):
         return 2
 
     print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits ...", file=sys.stderr)
-    res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
-                      local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall, p_payload_idle=args.stall,
-                      p_stall=args.stall)
+    try:
+        res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
+                          local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall,
+                          p_payload_idle=args.stall, p_stall=args.stall)
+    except TimeoutError as e:    # the engine stopped moving: say so, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     expect = expected_frames(config, qps, wrs, local_mac=settings["local_mac"],
                              local_ip=settings["local_ip"])
     got = res.good_frames
-    mismatches = sum(1 for a, b in zip(got, expect) if a != b) + abs(len(got) - len(expect))
+    mismatches = count_mismatches(got, expect)
     doc = summary(config, qps, wrs, res)
     doc["totals"]["model_mismatches"] = mismatches
     if args.pcap:
         from sim.pcap import write_pcap
         Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
-        period = 1 / (156.25e6 if width == 64 else 322e6)
+        period = 1 / (CLOCK_MHZ[width] * 1e6)
         write_pcap(args.pcap, [(f[0] * period, f[2]) for f in res.frames if not f[3]],
                    nanoseconds=True)
     if args.json:
@@ -428,7 +484,9 @@ def main(argv=None):
     print(f"{t['frames']} frames, {t['payload_bytes']} payload bytes, {t['cycles']} cycles, "
           f"utilisation {t['bus_utilisation']:.4f}, goodput {t['goodput_bytes_per_cycle']} B/cycle, "
           f"{len(res.statuses)} refused WRs, {mismatches} frames differ from the golden model")
-    return 1 if mismatches else 0
+    for error in res.framing_errors[:10]:
+        print(f"framing error: {error}", file=sys.stderr)
+    return 1 if mismatches or res.framing_errors else 0
 
 
 if __name__ == "__main__":

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
+__all__ = ["ROOT", "GOLDEN_DIR", "PROTOCOL_MD", "protocol_md"]
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 #: The golden captures of Linux soft-RoCE traffic (../shared/golden beside the repo).
 GOLDEN_DIR = ROOT.parent / "shared" / "golden"
+#: The protocol reference the tests check constants and oracles against.
+PROTOCOL_MD = ROOT.parent / "shared" / "PROTOCOL.md"
 
 
 def pytest_addoption(parser):
@@ -33,3 +37,11 @@ def golden_dir():
     if not GOLDEN_DIR.is_dir():
         pytest.fail(f"golden captures not found at {GOLDEN_DIR} (shared/ must sit beside the repo)")
     return GOLDEN_DIR
+
+
+@pytest.fixture(scope="session")
+def protocol_md():
+    """Text of ../shared/PROTOCOL.md (the test fails clearly if it is missing)."""
+    if not PROTOCOL_MD.is_file():
+        pytest.fail(f"{PROTOCOL_MD} not found (shared/ must sit beside the repo)")
+    return PROTOCOL_MD.read_text()

@@ -13,6 +13,8 @@ from roce_hw.stream import PacketSignature
 from sim.harness import run_simulation
 from sim.verilog import emit, lint
 
+__all__ = []
+
 
 class _Loop(wiring.Component):
     """Copies input beats to the output; `abort` := `first` so the test can see `first`."""
@@ -93,3 +95,48 @@ def test_rejects_non_stream_interfaces():
 
     with pytest.raises(TypeError, match="only streams"):
         FlatTop(Bad())
+
+
+def test_side_streams_and_plain_ports_pass_through():
+    """Nested fields of a non-packet stream land in the right inner field (``rsp`` is
+    ``a ^ ctx.y``, so swapping ``ctx.x``/``ctx.y`` or the bit order would show), valid/ready
+    go straight through in both directions, plain ports in and out."""
+    top = FlatTop(_Loop())
+    rng = random.Random(11)
+    cases = [(rng.getrandbits(8), rng.getrandbits(3), rng.getrandbits(4), rng.getrandbits(48),
+              rng.getrandbits(1), rng.getrandbits(1)) for _ in range(50)]
+    checked = []
+
+    async def tb(ctx):
+        for a, x, y, mac, valid, ready in cases:
+            ctx.set(top.s_cmd_a, a)
+            ctx.set(top.s_cmd_ctx_x, x)
+            ctx.set(top.s_cmd_ctx_y, y)
+            ctx.set(top.s_cmd_valid, valid)
+            ctx.set(top.m_rsp_ready, ready)
+            ctx.set(top.mac, mac)
+            assert ctx.get(top.m_rsp_data) == a ^ y
+            assert ctx.get(top.m_rsp_valid) == valid
+            assert ctx.get(top.s_cmd_ready) == ready
+            assert ctx.get(top.count) == mac & 0xFFFF
+            checked.append(a)
+            await ctx.tick()
+
+    run_simulation(top, [tb], cycles=200)
+    assert len(checked) == len(cases)
+
+
+def test_port_name_collisions_and_bad_rename_are_refused():
+    class Clash(wiring.Component):
+        def __init__(self):
+            super().__init__({"a_b": In(stream.Signature(data.StructLayout({"c": 1}))),
+                              "a": In(stream.Signature(data.StructLayout({"b_c": 1})))})
+
+        def elaborate(self, platform):
+            return Module()
+
+    with pytest.raises(ValueError, match="s_a_b_c"):
+        FlatTop(Clash())
+    FlatTop(Clash(), rename={"a": "z"})          # renaming one side resolves it
+    with pytest.raises(ValueError, match="not members"):
+        FlatTop(_Loop(), rename={"nope": "x"})

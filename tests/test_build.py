@@ -9,6 +9,8 @@ import pytest
 from conftest import ROOT
 from sim.verilog import lint
 
+__all__ = []
+
 
 def _run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], cwd=cwd,

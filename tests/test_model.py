@@ -3,6 +3,7 @@
 
 import ipaddress
 import random
+import re
 import struct
 import zlib
 
@@ -21,6 +22,7 @@ from roce_hw.model.packet import (QPPath, TxModel, build_ack_frame, build_cnp_fr
 from roce_hw.model.psn import (psn_add, psn_ahead, psn_compare, psn_diff, psn_ge, psn_gt,
                                psn_in_window, psn_le, psn_lt)
 from roce_hw.model.segment import PacketSpec, segment_message
+from sim.oracle import protocol_icrc, protocol_icrc_bytes
 
 __all__ = []
 
@@ -268,22 +270,28 @@ def test_icrc_variant_fields_are_masked():
 
 
 def test_icrc_matches_protocol_md_reference():
-    """The independent reference implementation printed in PROTOCOL.md §2."""
-    def rocev2_icrc(l3):
-        if l3[0] >> 4 == 4:
-            ihl = (l3[0] & 0x0F) * 4
-            ip = bytearray(l3[:ihl]); ip[1] = 0xFF; ip[8] = 0xFF; ip[10:12] = b"\xff\xff"
-        else:
-            ihl = 40
-            ip = bytearray(l3[:40]); ip[0] |= 0x0F; ip[1:4] = b"\xff\xff\xff"; ip[7] = 0xFF
-        udp = bytearray(l3[ihl:ihl + 8]); udp[6:8] = b"\xff\xff"
-        bth = bytearray(l3[ihl + 8:ihl + 20]); bth[4] = 0xFF
-        return zlib.crc32(b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(bth) + l3[ihl + 20:]) \
-            & 0xFFFFFFFF
+    """The independent reference implementation printed in PROTOCOL.md §2 (sim.oracle)."""
     for c in _cases(300, SEED + 5):
         frame = _model_frame(c)
         off = 18 if c["vlan"] is not None else 14
-        assert struct.pack("<I", rocev2_icrc(frame[off:-4])) == frame[-4:]
+        assert protocol_icrc_bytes(frame[off:-4]) == frame[-4:]
+
+
+def test_oracle_is_the_code_printed_in_protocol_md(protocol_md):
+    """sim.oracle.protocol_icrc is the ``rocev2_icrc`` of PROTOCOL.md §2: the document's code
+    block, executed as printed, gives the same CRC on random and golden packets."""
+    block = re.search(r"```python\n(.*?def rocev2_icrc.*?)```", protocol_md, re.S).group(1)
+    scope = {}
+    exec(compile(block, "PROTOCOL.md", "exec"), scope)
+    frames = [_model_frame(c) for c in _cases(100, SEED + 12)] + [CX4_CNP]
+    for frame in frames:
+        off = 18 if frame[12:14] == b"\x81\x00" else 14
+        l3 = frame[off:-4]
+        assert scope["rocev2_icrc"](l3) == protocol_icrc(l3)
+        if off == 14:     # the document's frame checker knows untagged frames only
+            assert scope["check_rocev2_frame"](frame)
+            bad = bytearray(frame); bad[-1] ^= 1
+            assert not scope["check_rocev2_frame"](bytes(bad))
 
 
 CX4_CNP = bytes.fromhex(
@@ -351,6 +359,32 @@ def test_parse_rejects_non_roce_and_malformed():
     # Ethernet padding after the packet is kept as trailer and does not upset the iCRC
     rf = parse_frame(good + bytes(6))
     assert rf.icrc_ok and rf.trailer == bytes(6)
+
+
+def test_truncated_or_corrupt_frames_raise_value_error():
+    """Every prefix of a good frame, and seeded random corruptions of it, either parse or raise
+    ValueError (never IndexError/struct.error): ``frame_l3``/``frame_icrc_ok`` too."""
+    rng = random.Random(SEED + 11)
+    for ip_version in (4, 6):
+        for vlan in (None, 7):
+            good = build_frame(Opcode.RC_RDMA_WRITE_ONLY, vlan=vlan, ip_version=ip_version,
+                               eth={"dst": 2, "src": 1}, ip={"src": 1, "dst": 2},
+                               payload=bytes(range(13)))
+            frames = [good[:n] for n in range(len(good))]
+            for _ in range(300):
+                b = bytearray(good)
+                for _ in range(3):
+                    b[rng.randrange(len(b))] = rng.getrandbits(8)
+                frames.append(bytes(b))
+            for frame in frames:
+                for check in (parse_frame, micrc.frame_icrc_ok):
+                    try:
+                        check(frame)
+                    except ValueError:
+                        pass
+            with pytest.raises(ValueError, match="truncated"):
+                micrc.frame_l3(good[:14 + (4 if vlan else 0) + 3])
+            assert micrc.frame_icrc_ok(good)
 
 
 def test_build_frame_errors():

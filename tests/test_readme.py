@@ -5,6 +5,8 @@ import re
 
 from conftest import ROOT
 
+__all__ = []
+
 
 def _code_blocks(text):
     return [b.strip() for b in re.findall(r"```(?:sh|bash)?\n(.*?)```", text, re.S)]

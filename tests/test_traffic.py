@@ -13,6 +13,8 @@ from conftest import ROOT
 from roce_hw import proto
 from sim.pcap import read_capture
 
+__all__ = []
+
 
 def _rocev2_requests(path, opcodes):
     """The captured request frames (IPv4/UDP 4791) with the given BTH opcodes, in order."""
@@ -100,6 +102,7 @@ def test_random_run_is_a_function_of_the_seed(tmp_path):
     assert docs[0]["messages"] == docs[1]["messages"]
     t = docs[0]["totals"]
     assert t["model_mismatches"] == 0
+    assert t["framing_errors"] == 0
     assert t["frames"] == len(read_capture(tmp_path / "r0.pcap"))
     assert t["payload_bytes"] == sum(m["length"] for m in docs[0]["messages"])
     assert 0 < t["bus_utilisation"] <= 1
@@ -127,3 +130,28 @@ def test_pcap_decodes_in_tshark(tmp_path):
 def test_bad_arguments_exit_2(args, word):
     res = _traffic(*args)
     assert res.returncode == 2 and word in res.stderr and "Traceback" not in res.stderr
+
+
+_QP0 = {"index": 0, "remote_qpn": 17, "remote_mac": "02:00:00:00:00:02", "remote_ip": "10.0.0.2"}
+
+
+@pytest.mark.parametrize("doc, word", [
+    ([1, 2], "JSON object"),
+    ({"qps": [_QP0], "wrs": [{"qp": 3, "opcode": "write"}]}, "QP 3"),
+    ({"qps": [dict(_QP0, start_psn=1 << 24)], "wrs": []}, "start_psn"),
+    ({"qps": [dict(_QP0, pmtu=1000)], "wrs": []}, "PMTU"),
+    ({"qps": [_QP0], "wrs": [{"qp": 0, "opcode": "write", "r_key": 1 << 32}]}, "r_key"),
+    ({"qps": [_QP0]}, "wrs"),
+])
+def test_bad_scenario_exits_2_with_a_clear_message(tmp_path, doc, word):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    res = _traffic("--scenario", str(path), "--width", "64")
+    assert res.returncode == 2, res.stderr
+    assert word in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("stall", ["1.0", "-0.5"])
+def test_stall_outside_0_1_exits_2(stall):
+    res = _traffic("--stall", stall, "--width", "64", "--messages", "1")
+    assert res.returncode == 2 and "--stall" in res.stderr and "Traceback" not in res.stderr

@@ -52,23 +52,33 @@ def icrc_bytes(l3):
 def frame_l3(frame):
     """Return ``(l3_start, l3_end)`` byte offsets of the UDP-length-bounded IB packet in an
     Ethernet ``frame`` (with or without one 802.1Q tag): ``frame[l3_start:l3_end]`` is the IP
-    header through the iCRC. Raises ``ValueError`` if it is not IPv4/IPv6 + UDP."""
+    header through the iCRC. Raises ``ValueError`` if it is not IPv4/IPv6 + UDP, or if the
+    frame ends before the UDP length field."""
+    def need(n, where):
+        if len(frame) < n:
+            raise ValueError(f"frame of {len(frame)} bytes is truncated inside the {where}")
+
+    need(proto.ETH.size, "Ethernet header")
     off = 12
     ethertype = struct.unpack_from("!H", frame, off)[0]
     off += 2
     if ethertype == proto.ETHERTYPE_VLAN:
+        need(off + proto.VLAN_TAG.size, "802.1Q tag")
         ethertype = struct.unpack_from("!H", frame, off + 2)[0]
         off += 4
     if ethertype == proto.ETHERTYPE_IPV4:
+        need(off + proto.IPV4.size, "IPv4 header")
         ihl = (frame[off] & 0x0F) * 4
         if frame[off] >> 4 != 4 or ihl < 20 or frame[off + 9] != proto.IP_PROTO_UDP:
             raise ValueError("not an IPv4/UDP packet")
     elif ethertype == proto.ETHERTYPE_IPV6:
+        need(off + proto.IPV6.size, "IPv6 header")
         ihl = proto.IPV6.size
         if frame[off] >> 4 != 6 or frame[off + 6] != proto.IP_PROTO_UDP:
             raise ValueError("not an IPv6/UDP packet")
     else:
         raise ValueError(f"ethertype {ethertype:#06x} is not IPv4 or IPv6")
+    need(off + ihl + proto.UDP.size, "UDP header")
     udp_len = struct.unpack_from("!H", frame, off + ihl + 4)[0]
     end = off + ihl + udp_len
     if udp_len < proto.UDP.size + proto.BTH.size + proto.ICRC_BYTES or end > len(frame):
