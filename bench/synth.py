@@ -226,7 +226,8 @@ def format_table(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench.synth", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.synth",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("designs", nargs="+", metavar="DESIGN",
                         help=f"one of {', '.join(list(DESIGNS) + list(GROUPS))}")
     parser.add_argument("--width", nargs="+", default=["512"], metavar="W",

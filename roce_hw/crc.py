@@ -13,6 +13,8 @@ here by linearity from the bit-serial step (:func:`step_matrices`), never writte
 ``zlib.crc32(msg) == ~r`` after processing ``msg`` from ``r = 0xFFFFFFFF``.
 """
 
+import functools
+
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -22,7 +24,8 @@ from .stream import PacketSignature
 
 __all__ = [
     "POLY", "CRC_INIT", "crc_bits", "step_matrices", "advance", "advance_rows", "apply_rows",
-    "residue_register", "xor_rows", "thermometer_count", "CRC32",
+    "residue_register", "xor_rows", "thermometer_count", "data_term_partials", "revert_stages",
+    "CRC32",
 ]
 
 #: Reflected CRC-32 polynomial (0x04C11DB7 bit-reversed).
@@ -54,6 +57,7 @@ def _cols_to_rows(cols):
     return [sum(((c >> i) & 1) << j for j, c in enumerate(cols)) for i in range(32)]
 
 
+@functools.lru_cache(maxsize=None)
 def step_matrices(nbits):
     """``(a_rows, b_rows)`` with ``crc_bits(r, d, nbits) == apply_rows(a_rows, r) ^
     apply_rows(b_rows, d)``, derived column by column from the bit-serial step by linearity:
@@ -67,7 +71,7 @@ def step_matrices(nbits):
     for k in reversed(range(nbits)):
         b_cols[k] = v
         v = _step(v)
-    return _cols_to_rows(a_cols), _cols_to_rows(b_cols)
+    return tuple(_cols_to_rows(a_cols)), tuple(_cols_to_rows(b_cols))
 
 
 def advance(state, nbits):
@@ -173,7 +177,8 @@ def revert_stages(m, en, x, sel_bits, nbytes_per_bit, per_cycle, name, complemen
             y = z
         last = idx + per_cycle >= len(stages)
         reg = Signal(32, name=f"{name}_r{cycles}", reset_less=True)
-        new_sel = [Signal(name=f"{name}_sel{cycles}_{b}", reset_less=True) for b in range(len(stages))]
+        new_sel = [Signal(name=f"{name}_sel{cycles}_{b}", reset_less=True)
+                   for b in range(len(stages))]
         new_carry = [Signal.like(c, name=f"{name}_c{cycles}_{j}") for j, c in enumerate(carried)]
         with m.If(en):
             m.d.sync += reg.eq(~y if (complement and last) else y)
@@ -194,11 +199,12 @@ class CRC32(wiring.Component):
     ``state' = A state ^ XOR(partials)`` (``A`` = 32x32 matrix of a full beat; the first beat
     uses the constant ``A * 0xFFFFFFFF``); (4) a zero-padded last beat is corrected by rewinding
     the state by the number of missing bytes, ``log2(data_width / 8)`` conditional constant
-    matrices, two per register stage; the last stage also applies the final inversion.
+    matrices, one per register stage; the last stage also applies the final inversion.
 
     Latency: :attr:`latency` cycles from the transfer of a packet's last beat to ``o.valid``
-    (5 at 64/128, 6 at 256/512, 7 at 1024 bits), constant. Throughput: one beat per cycle,
-    back-to-back packets (a one-beat packet every cycle) included. Backpressure: the whole
+    (``2 + log2(data_width / 8)``: 5 at 64 up to 9 at 1024 bits), constant. Throughput: one
+    beat per cycle, back-to-back packets (a one-beat packet every cycle) included. The data-path
+    registers have no reset (their flip-flop reset pins do the zeroing). Backpressure: the whole
     pipeline stalls while ``o`` is valid and not ready (``i.ready = ~o.valid | o.ready``).
 
     Parameters
@@ -234,7 +240,7 @@ class CRC32(wiring.Component):
     @property
     def latency(self):
         """Cycles from the last beat's transfer to ``o.valid`` (no backpressure)."""
-        return 3 + self._rev_cycles
+        return 2 + self._rev_cycles
 
     def elaborate(self, platform):
         m = Module()

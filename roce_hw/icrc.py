@@ -30,12 +30,19 @@ from amaranth.lib.wiring import In, Out
 
 from . import proto
 from .config import check_data_width
-from .crc import (CRC_INIT, advance, advance_rows, apply_rows, data_term_partials,
+from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
                   residue_register, revert_stages, step_matrices, thermometer_count, xor_rows)
 from .stream import PacketSignature
 
-__all__ = ["VARIANTS", "covered_start", "masked_bytes", "ICRCInserter", "ICRCChecker",
+__all__ = ["MAX_FRAME_BYTES", "VARIANTS", "covered_start", "masked_bytes", "ICRCInserter",
+           "ICRCChecker",
            "ICRCResultLayout"]
+
+#: Data bits per first-stage partial XOR of the data term.
+_CHUNK = 64
+
+#: Longest frame the checker accepts (longer ones are reported bad), in bytes.
+MAX_FRAME_BYTES = 16384
 
 #: Frame variants handled: ``(vlan, ip_version)``.
 VARIANTS = ((0, 4), (0, 6), (1, 4), (1, 6))
@@ -102,43 +109,32 @@ def _rows_mul(left, right):
     return out
 
 
-#: Prefix standing in for the LRH: the register after 8 bytes of 0xFF.
 def _prefix_state():
-    s = CRC_INIT
-    for _ in range(8):
-        s = _crc_byte(s, 0xFF)
-    return s
-
-
-def _crc_byte(s, b):
-    from .crc import crc_bits
-    return crc_bits(s, b, 8)
+    """The register after the 8 bytes of 0xFF that stand in for the LRH."""
+    return crc_bits(CRC_INIT, 0xFF_FF_FF_FF_FF_FF_FF_FF, 64)
 
 
 class _FrameFront:
     """Input-side frame tracking shared by the inserter and the checker (elaboration helper).
 
-    Tracks the beat index of the frame on the input stream, captures the header bytes that
-    later beats need, and decodes the frame variant combinationally (a byte from the current
-    beat comes straight from the bus, one from an earlier beat from its capture register).
+    Tracks the beat index of the frame on the input stream (``is_beat[b]``: the bus carries
+    beat ``b`` of a frame) and captures the header bytes at the offsets in ``capture``
+    (:meth:`byte`: from the bus on its own beat, else from its capture register).
     """
 
     def __init__(self, m, i, transfer, n, nbeats, capture):
         self.n = n
         self.nbeats = nbeats
         first = i.payload.first
-        cnt = Signal(range(nbeats + 1), name="fr_cnt")
+        # one-hot "the next beat is beat b" register (no counter, no compare on the path)
+        nxt = [None] + [Signal(name=f"fr_next{b}") for b in range(1, nbeats)]
         self.is_beat = [first] + [Signal(name=f"fr_beat{b}") for b in range(1, nbeats)]
         for b in range(1, nbeats):
-            m.d.comb += self.is_beat[b].eq(~first & (cnt == b))
+            m.d.comb += self.is_beat[b].eq(~first & nxt[b])
         with m.If(transfer):
-            with m.If(first):
-                m.d.sync += cnt.eq(1)
-            with m.Elif(cnt != nbeats):
-                m.d.sync += cnt.eq(cnt + 1)
+            for b in range(1, nbeats):
+                m.d.sync += nxt[b].eq(self.is_beat[b - 1])
         self._cap = {}
-        self._m = m
-        self._i = i
         for off in sorted(set(capture)):
             b, lane = divmod(off, n)
             cur = i.payload.data[8 * lane:8 * lane + 8]
@@ -156,29 +152,13 @@ class _FrameFront:
         return self._cap[off][0]
 
     def captured(self, off):
+        """The capture register of the frame byte at ``off`` (valid after its beat)."""
         return self._cap[off][1]
 
     def word(self, off, nbytes, captured=False):
+        """Big-endian ``nbytes`` header word at ``off`` (from :meth:`byte` or :meth:`captured`)."""
         get = self.captured if captured else self.byte
         return Cat(*[get(off + nbytes - 1 - k) for k in range(nbytes)])   # big-endian
-
-
-def _decode_variant(m, word16, name):
-    """Comb flags ``(vlan, v6, is_ip)`` from the two ethertype words."""
-    outer, inner = word16
-    vlan = Signal(name=f"{name}_vlan")
-    v6 = Signal(name=f"{name}_v6")
-    ip = Signal(name=f"{name}_ip")
-    o6, i6 = Signal(name=f"{name}_o6"), Signal(name=f"{name}_i6")
-    o4, i4 = Signal(name=f"{name}_o4"), Signal(name=f"{name}_i4")
-    m.d.comb += [
-        vlan.eq(outer == proto.ETHERTYPE_VLAN),
-        o6.eq(outer == proto.ETHERTYPE_IPV6), i6.eq(inner == proto.ETHERTYPE_IPV6),
-        o4.eq(outer == proto.ETHERTYPE_IPV4), i4.eq(inner == proto.ETHERTYPE_IPV4),
-        v6.eq(Mux(vlan, i6, o6)),
-        ip.eq(Mux(vlan, i4 | i6, o4 | o6)),
-    ]
-    return vlan, v6, ip
 
 
 def _variant_conds(m, vlan, v6, name):
@@ -226,6 +206,7 @@ def _beat_constants(n, rows_b, nbeats, premul_rows=None):
     s_tagged = advance(prefix, -8 * covered_start(1))
     tag_beat = (_ETHERTYPE_OFF + 1) // n
     out = {(0, None): apply_rows(a_rows, s_untagged)}
+    out[(tag_beat, "vlan")] = advance(s_tagged ^ s_untagged, w * (tag_beat + 1))
     for v in VARIANTS:
         ones = masked_bytes(*v)
         for b in range(nbeats):
@@ -234,8 +215,6 @@ def _beat_constants(n, rows_b, nbeats, premul_rows=None):
                 if off // n == b:
                     word |= mk << (8 * (off % n))
             k = apply_rows(rows_b, word)
-            if v[0] and b == tag_beat:
-                k ^= advance(s_tagged ^ s_untagged, w * (b + 1))
             if k:
                 out[(b, v)] = k
     if premul_rows is not None:
@@ -243,10 +222,11 @@ def _beat_constants(n, rows_b, nbeats, premul_rows=None):
     return out
 
 
-def _zero_stage(m, en, data, is_beat, conds, vlan, n, nbeats, extra_zero, name):
+def _zero_stage(m, en, data, is_beat, cond_fn, n, nbeats, extra_zero, name):
     """Register ``data`` with the uncovered and masked bytes zeroed (a synchronous reset of those
-    flip-flops); ``extra_zero(j)`` gives an additional zero condition of lane ``j`` or ``None``.
-    Returns the registered data Signal."""
+    flip-flops, no LUT in the data path). ``cond_fn(beat, key)`` gives the condition of a
+    :func:`_zero_plan` key (``"vlan"`` or a variant) on that beat; ``extra_zero(j)`` an additional
+    zero condition of lane ``j`` or ``None``. Returns the registered data Signal."""
     plan = _zero_plan(n, nbeats)
     d1 = Signal(8 * n, name=f"{name}_d", reset_less=True)
     with m.If(en):
@@ -255,12 +235,7 @@ def _zero_stage(m, en, data, is_beat, conds, vlan, n, nbeats, extra_zero, name):
             bit_conds = [[] for _ in range(8)]
             for b in range(nbeats):
                 for mk, key in plan.get((b, j), []):
-                    if key is None:
-                        c = is_beat[b]
-                    elif key == "vlan":
-                        c = is_beat[b] & vlan
-                    else:
-                        c = is_beat[b] & conds[key]
+                    c = is_beat[b] if key is None else is_beat[b] & cond_fn(b, key)
                     for k in range(8):
                         if (mk >> k) & 1:
                             bit_conds[k].append(c)
@@ -271,28 +246,92 @@ def _zero_stage(m, en, data, is_beat, conds, vlan, n, nbeats, extra_zero, name):
             extra = extra_zero(j)
             for cl, bits in groups.values():
                 terms = list(cl) + ([extra] if extra is not None else [])
+                runs = _runs(bits)
                 if not terms:
-                    m.d.sync += [d1[8 * j + k].eq(lane[k]) for k in bits]
+                    m.d.sync += [d1[8 * j + lo:8 * j + hi].eq(lane[lo:hi]) for lo, hi in runs]
                     continue
                 z = Signal(name=f"{name}_z{j}_{bits[0]}")
                 m.d.comb += z.eq(Cat(*terms).any())
-                for k in bits:
-                    m.d.sync += d1[8 * j + k].eq(Mux(z, 0, lane[k]))
+                for lo, hi in runs:     # a multiplexer with 0: a synchronous reset of the FFs
+                    m.d.sync += d1[8 * j + lo:8 * j + hi].eq(Mux(z, 0, lane[lo:hi]))
     return d1
 
 
-def _select_constant(m, consts, front_is_beat, conds, name):
-    """Comb 32-bit XOR of the constants whose (beat, variant) condition holds."""
+def _runs(bits):
+    """Sorted bit indices as ``[(lo, hi), ...]`` runs of consecutive bits."""
+    runs = []
+    for k in sorted(bits):
+        if runs and runs[-1][1] == k:
+            runs[-1] = (runs[-1][0], k + 1)
+        else:
+            runs.append((k, k + 1))
+    return runs
+
+
+def _select_constant(m, consts, is_beat, cond_fn, name):
+    """Comb 32-bit XOR of the constants whose (beat, key) condition holds."""
     k = Signal(32, name=name)
-    terms = []
-    for (b, v), val in consts.items():
-        cond = front_is_beat[b] if v is None else front_is_beat[b] & conds[v]
-        terms.append(Mux(cond, C(val, 32), 0))
     acc = C(0, 32)
-    for t in terms:
-        acc = acc ^ t
+    for (b, key), val in consts.items():
+        cond = is_beat[b] if key is None else is_beat[b] & cond_fn(b, key)
+        acc = acc ^ Mux(cond, C(val, 32), 0)
     m.d.comb += k.eq(acc)
     return k
+
+
+def _flag_conds(m, vlan, v6, name):
+    """``cond_fn`` over beat-independent flags."""
+    conds = _variant_conds(m, vlan, v6, name)
+    return lambda b, key: vlan if key == "vlan" else conds[key]
+
+
+def _bus_flags(m, i, transfer, front, n, name):
+    """``cond_fn`` for the input beat with no multiplexer in front of the ethertype compares: on
+    the beat that carries an ethertype the flags come straight from the bus, on later beats from
+    a register written on that beat (the zero plan never needs them on earlier beats)."""
+    b12 = (_ETHERTYPE_OFF + 1) // n
+    b16 = (_INNER_ETHERTYPE_OFF + 1) // n
+
+    def bus_word(off):
+        lane = off % n
+        return Cat(i.payload.data[8 * lane + 8:8 * lane + 16],
+                   i.payload.data[8 * lane:8 * lane + 8])
+
+    flags = {}
+    for key, off, val, beat in (("vl", _ETHERTYPE_OFF, proto.ETHERTYPE_VLAN, b12),
+                                ("o6", _ETHERTYPE_OFF, proto.ETHERTYPE_IPV6, b12),
+                                ("o4", _ETHERTYPE_OFF, proto.ETHERTYPE_IPV4, b12),
+                                ("i6", _INNER_ETHERTYPE_OFF, proto.ETHERTYPE_IPV6, b16),
+                                ("i4", _INNER_ETHERTYPE_OFF, proto.ETHERTYPE_IPV4, b16)):
+        bus = Signal(name=f"{name}_{key}_bus")
+        reg = Signal(name=f"{name}_{key}_reg", reset_less=True)
+        m.d.comb += bus.eq(bus_word(off) == val)
+        with m.If(transfer & front.is_beat[beat]):
+            m.d.sync += reg.eq(bus)
+        flags[key] = (beat, bus, reg)
+
+    def flag(key, b):
+        beat, bus, reg = flags[key]
+        return bus if b == beat else reg
+
+    def cond_fn(b, key):
+        vl = flag("vl", b)
+        if key == "vlan":
+            return vl
+        tagged, ipv = key
+        if tagged:
+            return vl & (flag("i6", b) if ipv == 6 else ~flag("i6", b))
+        return ~vl & (flag("o6", b) if ipv == 6 else ~flag("o6", b))
+
+    def current(key):
+        """The flag for whatever beat is on the bus (bus compare on its beat, else register)."""
+        beat, bus, reg = flags[key]
+        cur = Signal(name=f"{name}_{key}_cur")
+        m.d.comb += cur.eq(Mux(front.is_beat[beat], bus, reg))
+        return cur
+
+    cond_fn.current = current
+    return cond_fn
 
 
 def _header_beats(n):
@@ -313,8 +352,11 @@ class ICRCInserter(wiring.Component):
     every input byte after the Ethernet header. Other frames get a wrong iCRC (never a hang).
 
     Latency: :attr:`latency` cycles from an input beat's transfer to the same beat on ``o``
-    (5 at 64/128, 6 at 256/512, 7 at 1024 bits), constant. Throughput: one beat per cycle,
-    back-to-back frames; the input is held for one cycle when a frame needs the extra beat.
+    (``1 + log2(data_width / 8)``: 4, 5, 6, 7, 8 at 64, 128, 256, 512, 1024 bits), constant:
+    input register with the zeroing, partial data terms, feedback loop, one register per
+    rewind stage (``log2(bytes per beat) - 2`` of them), output register with the insertion.
+    Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
+    frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
 
     Parameters
@@ -350,7 +392,7 @@ class ICRCInserter(wiring.Component):
     @property
     def latency(self):
         """Cycles from an input beat's transfer to its appearance on ``o`` (no stalls)."""
-        return 4 + self._rev_cycles
+        return 3 + self._rev_cycles
 
     def elaborate(self, platform):
         m = Module()
@@ -367,38 +409,44 @@ class ICRCInserter(wiring.Component):
         transfer = Signal()
         m.d.comb += transfer.eq(self.i.valid & en)
 
-        front = _FrameFront(m, self.i, transfer, n, nbeats,
-                            [_ETHERTYPE_OFF, _ETHERTYPE_OFF + 1,
-                             _INNER_ETHERTYPE_OFF, _INNER_ETHERTYPE_OFF + 1])
-        vlan, v6, _ = _decode_variant(m, (front.word(_ETHERTYPE_OFF, 2),
-                                          front.word(_INNER_ETHERTYPE_OFF, 2)), "ins")
-        conds = _variant_conds(m, vlan, v6, "ins")
+        front = _FrameFront(m, self.i, transfer, n, nbeats, [])
+        cond_fn = _bus_flags(m, self.i, transfer, front, n, "ins")
 
         # Stage 1: zeroed beat, per-beat constant, pad count.
         keep = self.i.payload.keep
-        d1 = _zero_stage(m, en, self.i.payload.data, front.is_beat, conds, vlan, n, nbeats,
+        d1 = _zero_stage(m, en, self.i.payload.data, front.is_beat, cond_fn, n, nbeats,
                          lambda j: ~keep[j], "s1")
-        kconst = _select_constant(m, _beat_constants(n, b_rows, nbeats, fold),
-                                  front.is_beat, conds, "s1_kc")
+        # the beat constant is selected one stage later, from registered conditions
+        consts = _beat_constants(n, b_rows, nbeats, fold)
+        kc_in = {key: (front.is_beat[key[0]] if key[1] is None
+                       else front.is_beat[key[0]] & cond_fn(*key)) for key in consts}
+        kc_reg = {key: Signal(name=f"s1_kc{j}", reset_less=True) for j, key in enumerate(consts)}
+        with m.If(en):
+            m.d.sync += [kc_reg[key].eq(c) for key, c in kc_in.items()]
+        kconst = Signal(32)
+        acc = C(0, 32)
+        for key, val in consts.items():
+            acc = acc ^ Mux(kc_reg[key], C(val, 32), 0)
+        m.d.comb += kconst.eq(acc)
         zeros = Signal(n)
         m.d.comb += zeros.eq(Cat(*[~self.i.payload.keep[n - 1 - j] for j in range(n)]))
         pad = thermometer_count(m, zeros, "s1_pad")
-        k1 = Signal(32, reset_less=True)
         v1 = Signal()
         first1, last1 = Signal(reset_less=True), Signal(reset_less=True)
         q1 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
-            m.d.sync += [k1.eq(kconst), v1.eq(self.i.valid), first1.eq(self.i.payload.first),
+            m.d.sync += [v1.eq(self.i.valid), first1.eq(self.i.payload.first),
                          last1.eq(self.i.payload.last), q1.eq(pad[2:2 + self._q_bits])]
 
         # Stage 2: partial data terms.
-        parts = data_term_partials(m, en, d1, b_fold, 64, "s2")
+        parts = data_term_partials(m, en, d1, b_fold, _CHUNK, "s2")
         k2 = Signal(32, reset_less=True)
         v2 = Signal()
         first2, last2 = Signal(reset_less=True), Signal(reset_less=True)
         q2 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
-            m.d.sync += [k2.eq(k1), v2.eq(v1), first2.eq(first1), last2.eq(last1), q2.eq(q1)]
+            m.d.sync += [k2.eq(kconst), v2.eq(v1), first2.eq(first1), last2.eq(last1),
+                         q2.eq(q1)]
 
         # Stage 3: loop (state pre-multiplied by A^-16).
         state = Signal(32, reset_less=True)
@@ -419,24 +467,27 @@ class ICRCInserter(wiring.Component):
                                      complement=True)
         depth = 3 + rcyc
 
-        # Raw delay line.
-        lay = self.i.payload.shape()
-        line = []
-        prev_p, prev_v = self.i.payload, self.i.valid
+        # Raw delay line; the lane arithmetic of the output stage rides along, precomputed.
+        # k = valid lanes of the beat: k mod 4 = (-pad) mod 4; more than n-4 lanes used ->
+        # the iCRC spills into an extra beat.
+        lay = data.StructLayout({"beat": self.i.payload.shape(), "kmod4": 2, "spill": 1})
+        prev_p = Signal(lay)
+        m.d.comb += [prev_p.beat.eq(self.i.payload), prev_p.spill.eq(self.i.payload.keep[n - 4])]
+        prev_v = self.i.valid
         for k in range(depth):
             p = Signal(lay, name=f"dl{k}_p", reset_less=True)
             v = Signal(name=f"dl{k}_v")
             with m.If(en):
                 m.d.sync += [p.eq(prev_p), v.eq(prev_v)]
+                if k == 1:     # k mod 4 from the previous stage's keep (off the input path)
+                    m.d.sync += p.kmod4.eq(thermometer_count(m, prev_p.beat.keep, "dl_k")[:2])
             prev_p, prev_v = p, v
-        src, src_v = prev_p, prev_v
+        src, src_v = prev_p.beat, prev_v
 
         # Output stage: insert the iCRC bytes after the last valid lane.
-        nk = Signal(range(n + 1))
-        m.d.comb += nk.eq(thermometer_count(m, src.keep, "o_k"))
         crc_bytes = [crc[8 * r:8 * r + 8] for r in range(4)]
         rot = Signal(32)
-        with m.Switch(nk[:2]):
+        with m.Switch(prev_p.kmod4):
             for s in range(4):
                 with m.Case(s):
                     m.d.comb += rot.eq(Cat(*[crc_bytes[(r - s) % 4] for r in range(4)]))
@@ -444,9 +495,7 @@ class ICRCInserter(wiring.Component):
         for j in range(n):
             m.d.comb += ins[8 * j:8 * j + 8].eq(
                 Mux(src.keep[j], src.data[8 * j:8 * j + 8], rot[8 * (j % 4):8 * (j % 4) + 8]))
-        overflow = Signal()
-        # keep of the last beat grows by 4 lanes; overflow when more than n-4 lanes were used
-        m.d.comb += overflow.eq(src.keep[n - 4])
+        overflow = prev_p.spill
         rot_hold = Signal(32, reset_less=True)
         keep_ext = Signal(4, reset_less=True)
         with m.If(o.valid & o.ready & pending):
@@ -481,9 +530,12 @@ class ICRCChecker(wiring.Component):
     UDP-length-bounded packet, without any rewind: the state after the zero-padded last covered
     beat is compared with the CRC residue pre-multiplied for that pad count (a ROM). A frame is
     reported bad when it is not IPv4/IPv6 + UDP, has IPv4 options, has a UDP length below
-    ``8 + 12 + 4`` or beyond the end of the frame, or has a wrong iCRC.
+    ``8 + 12 + 4`` or beyond the end of the frame, is longer than :data:`MAX_FRAME_BYTES`, or
+    has a wrong iCRC. Pipeline: capture/decode, end-offset arithmetic (split in two adds so no
+    carry chain exceeds a stage), end-beat compare, zeroing register, partial data terms, their
+    sum, feedback loop, residue compare in two steps.
 
-    Latency: :attr:`latency` (7) cycles from the transfer of a frame's last beat to its result on
+    Latency: :attr:`latency` (9) cycles from the transfer of a frame's last beat to its result on
     ``o``, constant at every width. Throughput: one beat per cycle, back-to-back frames (one
     result per cycle at most). Backpressure: the pipeline stalls while ``o`` is valid and not
     ready (``i.ready = ~o.valid | o.ready``). There is no pass-through of the frame data.
@@ -519,18 +571,20 @@ class ICRCChecker(wiring.Component):
     @property
     def latency(self):
         """Cycles from a frame's last beat transfer to its result on ``o`` (no stalls)."""
-        return 7
+        return 9
 
     def elaborate(self, platform):
         m = Module()
         w, n = self._width, self._nbytes
         lg = n.bit_length() - 1
+        bw = (MAX_FRAME_BYTES // n).bit_length() - 1      # beat index bits
         nbeats = _header_beats(n)
         a_rows, b_rows = step_matrices(w)
         en = Signal()
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
         transfer = Signal()
         m.d.comb += transfer.eq(self.i.valid & en)
+        pl = self.i.payload
 
         # Header bytes: ethertypes, IP version/IHL, IP protocol, UDP length, for every variant.
         proto_off = {4: proto.IPV4.offset("protocol")[0], 6: proto.IPV6.offset("next_header")[0]}
@@ -540,21 +594,27 @@ class ICRCChecker(wiring.Component):
             u = _udp_length_offset(vl, ipv)
             caps += [e, e + proto_off[ipv], u, u + 1]
         front = _FrameFront(m, self.i, transfer, n, nbeats, caps)
-        vlan, v6, is_ip = _decode_variant(m, (front.word(_ETHERTYPE_OFF, 2),
-                                              front.word(_INNER_ETHERTYPE_OFF, 2)), "in")
-        conds = _variant_conds(m, vlan, v6, "in")
+        in_fn = _bus_flags(m, self.i, transfer, front, n, "in")
+        cur = {k: in_fn.current(k) for k in ("vl", "o6", "o4", "i6", "i4")}
+        vlan, v6, is_ip = Signal(), Signal(), Signal()
+        m.d.comb += [vlan.eq(cur["vl"]), v6.eq(Mux(cur["vl"], cur["i6"], cur["o6"])),
+                     is_ip.eq(Mux(cur["vl"], cur["i6"] | cur["i4"], cur["o6"] | cur["o4"]))]
         known_reg = Signal()
         known = Signal()
-        m.d.comb += known.eq((known_reg & ~self.i.payload.first) | Cat(*[
-            conds[v] & front.is_beat[(_udp_length_offset(*v) + 1) // n] for v in VARIANTS]).any())
+        m.d.comb += known.eq((known_reg & ~pl.first) | Cat(*[
+            front.is_beat[b] & in_fn(b, v) for v in VARIANTS
+            for b in [(_udp_length_offset(*v) + 1) // n]]).any())
         with m.If(transfer):
             m.d.sync += known_reg.eq(known)
-        bidx_max = (1 << 16) // n + 64
-        bidx = Signal(range(bidx_max + 1))
-        bidx_reg = Signal(range(bidx_max + 1))
-        m.d.comb += bidx.eq(Mux(self.i.payload.first, 0, bidx_reg))
+        # Beat index; its MSB sticks once a frame exceeds MAX_FRAME_BYTES.
+        bnext = Signal(bw + 1)
+        bidx = Signal(bw + 1)
+        m.d.comb += bidx.eq(Mux(pl.first, 0, bnext))
         with m.If(transfer):
-            m.d.sync += bidx_reg.eq(Mux(bidx == bidx_max, bidx_max, bidx + 1))
+            with m.If(pl.first):
+                m.d.sync += bnext.eq(1)
+            with m.Elif(~bnext[bw]):
+                m.d.sync += bnext.eq(bnext + 1)
 
         def carry(sig_map, name):
             """Register a dict of Signals/Values when ``en``; returns a dict of registers."""
@@ -567,108 +627,148 @@ class ICRCChecker(wiring.Component):
                         m.d.sync += [r.eq(v) for r, v in zip(regs, val)]
                     out[key] = regs
                 else:
-                    val = Value.cast(val) if not isinstance(val, Signal) else val
+                    val = Value.cast(val)
                     reg = Signal(val.shape(), name=f"{name}_{key}", reset_less=(key != "v"))
                     with m.If(en):
                         m.d.sync += reg.eq(val)
                     out[key] = reg
             return out
 
-        pl = self.i.payload
+        def forward(prev, *keys):
+            return {k: prev[k] for k in keys}
+
+        beat_keys = ("v", "data", "keep", "first", "last", "isb", "vlan", "v6", "known", "bidx")
         sa = carry({"v": self.i.valid, "data": pl.data, "keep": pl.keep, "first": pl.first,
                     "last": pl.last, "isb": list(front.is_beat), "vlan": vlan, "v6": v6,
                     "ip": is_ip, "known": known, "bidx": bidx}, "sa")
 
-        # Stage A (comb): header checks and last covered byte offset from the captures.
-        def cap_sel(fn):
-            return {v: fn(*v) for v in VARIANTS}
+        # Stage A: header checks from the captures; low part of the last covered byte offset.
         sa_conds = _variant_conds(m, sa["vlan"], sa["v6"], "sa")
         udp_len = Signal(16)
         hdr_ok = Signal()
-        e_last = Signal(17)
+        c_low = Signal(lg)
+        c_high = Signal(bw + 1)
         for v in VARIANTS:
             vl, ipv = v
             e = covered_start(vl)
-            u = _udp_length_offset(vl, ipv)
             ipb = front.captured(e)
             if ipv == 4:
                 ver_ok = ipb == ((4 << 4) | (proto.IPV4.size // 4))
             else:
                 ver_ok = ipb[4:] == 6
-            ulen = front.word(u, 2, captured=True)
+            last_off = e + _ip_header(ipv).size - 1     # + udp_len = last covered byte
             with m.If(sa_conds[v]):
                 m.d.comb += [
-                    udp_len.eq(ulen),
+                    udp_len.eq(front.word(_udp_length_offset(vl, ipv), 2, captured=True)),
                     hdr_ok.eq(ver_ok & (front.captured(e + proto_off[ipv]) == proto.IP_PROTO_UDP)),
-                    e_last.eq(ulen + (e + _ip_header(ipv).size - 1)),
+                    c_low.eq(last_off % n), c_high.eq(last_off // n),
                 ]
+        # min_len <= udp_len < MAX_FRAME_BYTES, written without comparators (no carry chain)
+        min_len = proto.UDP.size + proto.BTH.size + proto.ICRC_BYTES
+        lo_bits = (min_len - 1).bit_length()
+        max_bits = MAX_FRAME_BYTES.bit_length() - 1
         len_ok = Signal()
-        m.d.comb += len_ok.eq(udp_len >= proto.UDP.size + proto.BTH.size + proto.ICRC_BYTES)
-        sb = carry({"v": sa["v"], "data": sa["data"], "keep": sa["keep"], "first": sa["first"],
-                    "last": sa["last"], "isb": sa["isb"], "vlan": sa["vlan"], "v6": sa["v6"],
-                    "known": sa["known"], "bidx": sa["bidx"],
-                    "ok": sa["ip"] & hdr_ok & len_ok, "e_last": e_last}, "sb")
+        m.d.comb += len_ok.eq(~udp_len[max_bits:].any() & (
+            udp_len[lo_bits:].any()
+            | udp_len[:lo_bits].matches(*[f"{x:0{lo_bits}b}" for x in range(min_len,
+                                                                          1 << lo_bits)])))
+        lo_sum = Signal(lg + 1)
+        m.d.comb += lo_sum.eq(udp_len[:lg] + c_low)
+        sb = carry(dict(forward(sa, *beat_keys), ok=sa["ip"] & hdr_ok & len_ok,
+                        uh=udp_len[lg:max_bits], c_high=c_high,
+                        lo_sum=lo_sum), "sb")
 
-        # Stage B (comb): end beat and lane decode.
-        eb = sb["e_last"][lg:]
-        el = sb["e_last"][:lg]
-        gt = [Signal(name=f"sb_gt{j}") for j in range(n)]
-        eq = [Signal(name=f"sb_eq{j}") for j in range(n)]
+        # Stage B: end beat; lane decode of the last covered byte.
+        eb = Signal(bw + 1)
+        m.d.comb += eb.eq(sb["uh"] + sb["c_high"] + sb["lo_sum"][lg])
+        el = sb["lo_sum"][:lg]
+        # lane decode in two registered halves (3 low bits, the rest), no long chains
+        lo, hi = el[:3], el[3:]
+        nhi = 1 << len(hi)
+        dec = {}
+        for nm, val, cnt in (("lo_lt", lo, 8), ("lo_eq", lo, 8), ("hi_lt", hi, nhi),
+                             ("hi_eq", hi, nhi)):
+            sigs = [Signal(name=f"sb_{nm}{x}") for x in range(cnt)]
+            for x, sig in enumerate(sigs):
+                if len(val) == 0:
+                    m.d.comb += sig.eq(int(nm.endswith("eq") and x == 0))
+                elif nm.endswith("lt"):
+                    m.d.comb += sig.eq(val.matches(*[f"{y:0{len(val)}b}" for y in range(x)])
+                                       if x else 0)
+                else:
+                    m.d.comb += sig.eq(val == x)
+            dec[nm] = sigs
+        sc = carry(dict(forward(sb, *beat_keys), ok=sb["ok"], eb=eb, el=el, **dec), "sc")
+
+        # Stage C: is this the beat with the last covered byte, is that byte inside the frame?
+        gt = [Signal(name=f"sc_gt{j}") for j in range(n)]
+        eq = [Signal(name=f"sc_eq{j}") for j in range(n)]
         for j in range(n):
-            m.d.comb += [gt[j].eq(el < j), eq[j].eq(el == j)]
-        sc = carry({"v": sb["v"], "data": sb["data"], "keep": sb["keep"], "first": sb["first"],
-                    "last": sb["last"], "isb": sb["isb"], "vlan": sb["vlan"], "v6": sb["v6"],
-                    "known": sb["known"], "ok": sb["ok"], "el": el, "gt": gt, "eq": eq,
-                    "at_end": sb["known"] & (sb["bidx"] == eb)}, "sc")
+            jl, jh = j % 8, j // 8
+            m.d.comb += [gt[j].eq(sc["hi_lt"][jh] | (sc["hi_eq"][jh] & sc["lo_lt"][jl])),
+                         eq[j].eq(sc["hi_eq"][jh] & sc["lo_eq"][jl])]
+        keep_grp = [Signal(name=f"sc_kg{g}") for g in range(-(-n // 8))]
+        for g, kg in enumerate(keep_grp):
+            lanes = range(8 * g, min(n, 8 * g + 8))
+            m.d.comb += kg.eq(Cat(*[sc["keep"][j] & eq[j] for j in lanes]).any())
+        sd = carry(dict(forward(sc, *beat_keys), ok=sc["ok"] & ~sc["eb"][bw], el=sc["el"],
+                        gt=gt, keep_grp=keep_grp,
+                        at_end=sc["known"] & (sc["bidx"] == sc["eb"])), "sd")
 
-        # Stage C (comb): zero the uncovered bytes, the masked fields and the bytes past the end.
+        # Stage D: zero the uncovered bytes, the masked fields and the bytes past the end.
         after_reg = Signal()
         after = Signal()
-        at_end = sc["at_end"]
-        m.d.comb += after.eq(~sc["first"] & after_reg)
-        with m.If(en & sc["v"]):
+        at_end = sd["at_end"]
+        m.d.comb += after.eq(~sd["first"] & after_reg)
+        with m.If(en & sd["v"]):
             m.d.sync += after_reg.eq(after | at_end)
-        sc_conds = _variant_conds(m, sc["vlan"], sc["v6"], "sc")
-        zero_tail = [Signal(name=f"sc_zt{j}") for j in range(n)]
+        zero_tail = [Signal(name=f"sd_zt{j}") for j in range(n)]
         for j in range(n):
-            m.d.comb += zero_tail[j].eq(after | (at_end & sc["gt"][j]))
-        d_d = _zero_stage(m, en, sc["data"], sc["isb"], sc_conds, sc["vlan"], n, nbeats,
-                          lambda j: zero_tail[j], "sd")
-        kconst = _select_constant(m, _beat_constants(n, b_rows, nbeats), sc["isb"], sc_conds,
-                                  "sc_kc")
-        keep_at_end = Signal()
-        m.d.comb += keep_at_end.eq(Cat(*[sc["keep"][j] & sc["eq"][j] for j in range(n)]).any())
-        sd = carry({"v": sc["v"], "first": sc["first"], "last": sc["last"], "k": kconst,
-                    "active": ~after, "el": sc["el"], "ok": sc["ok"] & sc["known"],
-                    "after": after, "end_here": at_end & keep_at_end}, "sd")
+            m.d.comb += zero_tail[j].eq(after | (at_end & sd["gt"][j]))
+        sd_fn = _flag_conds(m, sd["vlan"], sd["v6"], "sd")
+        d_e = _zero_stage(m, en, sd["data"], sd["isb"], sd_fn, n, nbeats,
+                          lambda j: zero_tail[j], "se")
+        kconst = _select_constant(m, _beat_constants(n, b_rows, nbeats), sd["isb"], sd_fn,
+                                  "sd_kc")
+        se = carry({"v": sd["v"], "first": sd["first"], "last": sd["last"], "k": kconst,
+                    "active": ~after, "el": sd["el"], "ok": sd["ok"] & sd["known"],
+                    "after": after, "end_here": at_end & Cat(*sd["keep_grp"]).any()}, "se")
 
-        # Stage D: partial data terms.
-        parts = data_term_partials(m, en, d_d, b_rows, 64, "se")
+        # Stage E: partial data terms.
+        parts = data_term_partials(m, en, d_e, b_rows, _CHUNK, "sf")
         good_len = Signal()
-        m.d.comb += good_len.eq(sd["ok"] & (sd["after"] | sd["end_here"]))
-        se = carry({"v": sd["v"], "first": sd["first"], "last": sd["last"], "k": sd["k"],
-                    "active": sd["active"], "el": sd["el"], "ok": good_len}, "se")
+        m.d.comb += good_len.eq(se["ok"] & (se["after"] | se["end_here"]))
+        sf = carry({"v": se["v"], "first": se["first"], "last": se["last"], "k": se["k"],
+                    "active": se["active"], "el": se["el"], "ok": good_len}, "sf")
 
-        # Stage E: the loop; the residue ROM for the pad count.
-        state = Signal(32, reset_less=True)
-        a_state = xor_rows(m, a_rows, state, "se_astate")
+        # Stage F: sum of the partial data terms and the beat constant.
         dsum = Signal(32)
-        m.d.comb += dsum.eq(Cat(*[Cat(*[p[b] for p in parts], se["k"][b]).xor()
+        m.d.comb += dsum.eq(Cat(*[Cat(*[p[b] for p in parts], sf["k"][b]).xor()
                                   for b in range(32)]))
+        sg = carry({"v": sf["v"], "first": sf["first"], "last": sf["last"], "dsum": dsum,
+                    "active": sf["active"], "el": sf["el"], "ok": sf["ok"]}, "sg")
+
+        # Stage G: the loop; the residue ROM for the pad count.
+        state = Signal(32, reset_less=True)
+        a_state = xor_rows(m, a_rows, state, "sg_astate")
         nxt = Signal(32)
-        m.d.comb += nxt.eq(Mux(se["first"], 0, a_state) ^ dsum)
-        with m.If(en & se["v"] & se["active"]):
+        m.d.comb += nxt.eq(Mux(sg["first"], 0, a_state) ^ sg["dsum"])
+        with m.If(en & sg["v"] & sg["active"]):
             m.d.sync += state.eq(nxt)
         resid = residue_register()
         rom = Signal(32)
-        with m.Switch(se["el"]):
+        with m.Switch(sg["el"]):
             for j in range(n):
                 with m.Case(j):
                     m.d.comb += rom.eq(advance(resid, 8 * (n - 1 - j)))
-        sf = carry({"v": se["v"] & se["last"], "ok": se["ok"], "rom": rom}, "sf")
+        sh = carry({"v": sg["v"] & sg["last"], "ok": sg["ok"], "rom": rom}, "sh")
 
-        # Stage F: compare.
+        # Stages H, I: compare in two steps (8 groups of 4 bits, then all groups).
+        groups = [Signal(name=f"sh_eq{g}") for g in range(8)]
+        for g, eqg in enumerate(groups):
+            m.d.comb += eqg.eq(state[4 * g:4 * g + 4] == sh["rom"][4 * g:4 * g + 4])
+        si = carry({"v": sh["v"], "ok": sh["ok"], "eq": groups}, "si")
         with m.If(en):
-            m.d.sync += [self.o.valid.eq(sf["v"]),
-                         self.o.payload.good.eq(sf["ok"] & (state == sf["rom"]))]
+            m.d.sync += [self.o.valid.eq(si["v"]),
+                         self.o.payload.good.eq(si["ok"] & Cat(*si["eq"]).all())]
         return m
