@@ -60,6 +60,11 @@ def _inserter(width):
     return ICRCInserter(width)
 
 
+def _inserter_fast(width):
+    from roce_hw.icrc import ICRCInserter
+    return ICRCInserter(width, rewind_per_cycle=2)
+
+
 def _checker(width):
     from roce_hw.icrc import ICRCChecker
     return ICRCChecker(width)
@@ -75,6 +80,7 @@ def _roce_tx(width):
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
     "icrc_inserter": Design(_inserter, "iCRC inserter (TX): frame in, frame + iCRC out"),
+    "icrc_inserter2": Design(_inserter_fast, "iCRC inserter, two rewind stages per register"),
     "icrc_checker": Design(_checker, "iCRC checker (RX): frame in, good/bad per frame out"),
     "roce_tx": Design(_roce_tx, "RoCEv2 TX engine (EngineConfig defaults)"),
 }

@@ -351,10 +351,12 @@ class ICRCInserter(wiring.Component):
     tag) whose IB packet is a multiple of 4 bytes, as every RoCEv2 packet is; the iCRC covers
     every input byte after the Ethernet header. Other frames get a wrong iCRC (never a hang).
 
-    Latency: :attr:`latency` cycles from an input beat's transfer to the same beat on ``o``
-    (``1 + log2(data_width / 8)``: 4, 5, 6, 7, 8 at 64, 128, 256, 512, 1024 bits), constant:
-    input register with the zeroing, partial data terms, feedback loop, one register per
-    rewind stage (``log2(bytes per beat) - 2`` of them), output register with the insertion.
+    Latency: :attr:`latency` cycles from an input beat's transfer to the same beat on ``o``,
+    constant: input register with the zeroing, partial data terms, feedback loop, the rewind
+    (``log2(bytes per beat) - 2`` conditional stages, ``rewind_per_cycle`` of them per register),
+    output register with the insertion. With the default ``rewind_per_cycle=2``: 4, 4, 5, 5, 6
+    cycles at 64, 128, 256, 512, 1024 bits (``1`` gives 4, 5, 6, 7, 8 and about 120 fewer LUTs
+    at 512 bits; both keep the rewind within 4 LUT levels).
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
@@ -363,6 +365,8 @@ class ICRCInserter(wiring.Component):
     ----------
     data_width : int
         64, 128, 256, 512 or 1024.
+    rewind_per_cycle : int
+        1 or 2 rewind stages per register (latency against area, see above).
 
     Members
     -------
@@ -374,14 +378,17 @@ class ICRCInserter(wiring.Component):
     Raises
     ------
     ValueError
-        For an unsupported ``data_width``.
+        For an unsupported ``data_width`` or ``rewind_per_cycle``.
     """
 
-    def __init__(self, data_width):
+    def __init__(self, data_width, *, rewind_per_cycle=2):
         self._width = check_data_width(data_width)
         self._nbytes = data_width // 8
         self._q_bits = (self._nbytes - 1).bit_length() - 2
-        self._rev_cycles = self._q_bits
+        if rewind_per_cycle not in (1, 2):
+            raise ValueError(f"rewind_per_cycle must be 1 or 2, not {rewind_per_cycle!r}")
+        self._per_cycle = rewind_per_cycle
+        self._rev_cycles = -(-self._q_bits // rewind_per_cycle)
         super().__init__({"i": In(PacketSignature(data_width)),
                           "o": Out(PacketSignature(data_width))})
 
@@ -463,8 +470,8 @@ class ICRCInserter(wiring.Component):
 
         # Stages 4..: rewind by 4*q bytes and invert -> iCRC register value.
         crc, _, rcyc = revert_stages(m, en, state, [q3[b] for b in range(self._q_bits)],
-                                     [4 << b for b in range(self._q_bits)], 1, "s4",
-                                     complement=True)
+                                     [4 << b for b in range(self._q_bits)], self._per_cycle,
+                                     "s4", complement=True)
         depth = 3 + rcyc
 
         # Raw delay line; the lane arithmetic of the output stage rides along, precomputed.

@@ -117,8 +117,8 @@ def test_bad_width_raises():
 
 # --- inserter --------------------------------------------------------------------------------
 
-def run_inserter(width, frames, rng, p_idle, p_stall):
-    dut = ICRCInserter(width)
+def run_inserter(width, frames, rng, p_idle, p_stall, **kwargs):
+    dut = ICRCInserter(width, **kwargs)
     got = []
 
     async def producer(ctx):
@@ -135,11 +135,11 @@ def run_inserter(width, frames, rng, p_idle, p_stall):
     return got
 
 
-def check_inserter(width, seed, count, modes):
+def check_inserter(width, seed, count, modes, **kwargs):
     rng = random.Random(seed)
     frames = frame_set(rng, width, count)
     for p_idle, p_stall in modes:
-        got = run_inserter(width, frames, rng, p_idle, p_stall)
+        got = run_inserter(width, frames, rng, p_idle, p_stall, **kwargs)
         for f, g in zip(frames, got):
             assert g == f, (len(f), p_idle, p_stall)
 
@@ -153,6 +153,19 @@ def test_inserter_matches_scapy(width):
 @pytest.mark.parametrize("width", [128, 256, 1024])
 def test_inserter_light(width):
     check_inserter(width, width + 7, 4, [(0.2, 0.2)])
+
+
+@pytest.mark.parametrize("width", [256, 512, 1024])
+def test_inserter_one_rewind_stage_per_register(width):
+    """The smaller, slower rewind (``rewind_per_cycle=1``) gives the same frames."""
+    check_inserter(width, width + 11, 6, [(0.0, 0.0), (0.3, 0.3)], rewind_per_cycle=1)
+    assert ICRCInserter(width, rewind_per_cycle=1).latency == \
+        ICRCInserter(width).latency + (width.bit_length() - 6) // 2
+
+
+def test_inserter_rejects_bad_rewind_per_cycle():
+    with pytest.raises(ValueError, match="rewind_per_cycle"):
+        ICRCInserter(512, rewind_per_cycle=3)
 
 
 @pytest.mark.slow
