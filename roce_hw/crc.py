@@ -24,7 +24,8 @@ from .stream import PacketSignature
 
 __all__ = [
     "POLY", "CRC_INIT", "crc_bits", "step_matrices", "advance", "advance_rows", "apply_rows",
-    "residue_register", "xor_rows", "thermometer_count", "data_term_partials", "revert_stages",
+    "rows_mul", "residue_register", "xor_rows", "thermometer_count", "data_term_partials",
+    "revert_stages",
     "CRC32",
 ]
 
@@ -154,18 +155,16 @@ def data_term_partials(m, en, vector, rows, chunk, name):
     return parts
 
 
-def _rows_product(a, b):
-    """Rows of the GF(2) product ``a * b`` (both rows-matrices of 32x32)."""
-    return [apply_rows_t(b, r) for r in a]
-
-
-def apply_rows_t(rows, row_vector):
-    """``row_vector * M`` over GF(2): XOR of the rows of ``M`` selected by ``row_vector``."""
-    acc = 0
-    for i, r in enumerate(rows):
-        if (row_vector >> i) & 1:
-            acc ^= r
-    return acc
+def rows_mul(left, right):
+    """Rows of the GF(2) product ``left * right`` (both rows-matrices)."""
+    out = []
+    for r in left:
+        acc = 0
+        for k in range(len(right)):
+            if (r >> k) & 1:
+                acc ^= right[k]
+        out.append(acc)
+    return out
 
 
 def _gated_group(m, x, sels, combos, name):
@@ -217,7 +216,7 @@ def revert_stages(m, en, x, sel_bits, nbytes_per_bit, per_cycle, name, complemen
             rows = ident
             for k, (_, nb) in enumerate(group):
                 if (c >> k) & 1:
-                    rows = _rows_product(advance_rows(-8 * nb), rows)
+                    rows = rows_mul(advance_rows(-8 * nb), rows)
             combos.append(rows)
         if g == 1:
             # A single stage: matrix, then a 2:1 mux (as cheap as the gated form, and smaller).

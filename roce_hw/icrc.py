@@ -31,7 +31,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto
 from .config import check_data_width
 from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
-                  residue_register, revert_stages, step_matrices, thermometer_count, xor_rows)
+                  residue_register, revert_stages, rows_mul, step_matrices, thermometer_count,
+                  xor_rows)
 from .stream import PacketSignature
 
 __all__ = ["MAX_FRAME_BYTES", "VARIANTS", "covered_start", "masked_bytes", "ICRCInserter",
@@ -95,18 +96,6 @@ def masked_bytes(vlan, ipv):
 
 def _udp_length_offset(vlan, ipv):
     return covered_start(vlan) + _ip_header(ipv).size + proto.UDP.offset("length")[0]
-
-
-def _rows_mul(left, right):
-    """Rows of the product ``left * right`` (both rows-matrices)."""
-    out = []
-    for r in left:
-        acc = 0
-        for k in range(len(right)):
-            if (r >> k) & 1:
-                acc ^= right[k]
-        out.append(acc)
-    return out
 
 
 def _prefix_state():
@@ -407,7 +396,7 @@ class ICRCInserter(wiring.Component):
         nbeats = _header_beats(n)
         a_rows, b_rows = step_matrices(w)
         fold = advance_rows(-16)
-        b_fold = _rows_mul(fold, b_rows)
+        b_fold = rows_mul(fold, b_rows)
 
         o = self.o
         pending = Signal()
