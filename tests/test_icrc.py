@@ -22,24 +22,12 @@ from roce_hw.model import icrc as model
 from sim.harness import run_simulation
 from sim.icrc_hw import check_frames
 from sim.pcap import read_capture
+from sim.oracle import protocol_icrc
 from sim.stream import recv_packet, send_packet
 from sim.verilog import emit, lint
 
 FAST_WIDTHS = (64, 512)
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def protocol_icrc(l3):
-    """PROTOCOL.md §2 written out independently of roce_hw (zlib over the masked packet)."""
-    if l3[0] >> 4 == 4:
-        ihl = (l3[0] & 0x0F) * 4
-        ip = bytearray(l3[:ihl]); ip[1] = 0xFF; ip[8] = 0xFF; ip[10:12] = b"\xff\xff"
-    else:
-        ihl = 40
-        ip = bytearray(l3[:40]); ip[0] |= 0x0F; ip[1:4] = b"\xff\xff\xff"; ip[7] = 0xFF
-    udp = bytearray(l3[ihl:ihl + 8]); udp[6:8] = b"\xff\xff"
-    bth = bytearray(l3[ihl + 8:ihl + 20]); bth[4] = 0xFF
-    return zlib.crc32(b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(bth) + l3[ihl + 20:])
 
 
 def scapy_frame(rng, vlan, ipv, paylen):
