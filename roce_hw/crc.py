@@ -16,7 +16,7 @@ here by linearity from the bit-serial step (:func:`step_matrices`), never writte
 import functools
 
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import check_data_width

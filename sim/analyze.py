@@ -505,7 +505,7 @@ def main(argv=None):
     hw_width = None
     if args.hw:
         try:
-            from sim import icrc_hw  # noqa: F401
+            from sim import icrc_hw  # noqa: F401  (fail early, before reading every frame)
         except ImportError as e:
             return _fail(f"--hw needs sim/icrc_hw.py (the hardware iCRC checker), which could "
                          f"not be imported: {e}")
