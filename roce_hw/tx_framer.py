@@ -46,6 +46,26 @@ def _ceil_div_pow2(value, n, width):
     return ((value + (n - 1)) >> shift)[:width]
 
 
+def _fold(m, raw, name):
+    """End-around-carry fold of a sum ``raw`` (< 2**21) to 16 bits, both carry outcomes added
+    in parallel (one carry chain): the value in 1..0xFFFF congruent to ``raw`` mod 0xFFFF
+    (``raw`` > 0). Returns the named 16-bit Signal."""
+    s0 = Signal(17, name=f"{name}_s0")
+    s1 = Signal(18, name=f"{name}_s1")   # 2 * (lo + hi + 1): the +1 as a carry in, not a
+    out = Signal(16, name=name)           # second adder after lo + hi
+    m.d.comb += [
+        s0.eq(raw[:16] + raw[16:]),
+        s1.eq(Cat(C(1, 1), raw[:16]) + Cat(C(1, 1), raw[16:])),
+        out.eq(Mux(s0[16], s1[1:17], s0[:16])),
+    ]
+    return out
+
+
+def _le_pow2(value, k):
+    """``value <= 2**k`` without a carry chain."""
+    return (value[k:] == 0) | ((value[k:] == 1) & (value[:k] == 0))
+
+
 def _count_keep(cnt, n):
     """``keep`` of a beat holding ``cnt`` bytes (``cnt`` of log2(n) bits, 0 meaning ``n``)."""
     return Cat(*[(cnt == 0) | (cnt > j) if j < n - 1 else (cnt == 0) for j in range(n)])
@@ -64,11 +84,17 @@ class TxFramer(wiring.Component):
        and the row; then one packet per cycle from the segmenter registers): the WR/QP checks
        and a packet descriptor -- opcode, lengths, PadCnt, AckReq, SE, RETH/ImmDt, the whole
        header except IP ID, IP checksum and PSN, the folded checksum sum, beat counts and
-       keeps -- into a 1-entry descriptor register.
+       keeps -- into a 1-entry descriptor register. Timing: "rest <= PMTU" comes from flags
+       registered one step ahead (with the WR, or when the previous packet was built), every
+       length is one adder of a mux and a small table constant, and the IPv4 checksum is one
+       multi-operand sum per outcome of "last packet" with a carry-select fold, so no carry
+       chain feeds another one except sum -> fold.
     3. **Merge** (cycle 2; with ``config.low_latency`` already in cycle 1 when the descriptor
        register is empty): the descriptor is taken; IP ID, checksum (``~(sum + id)``, one's
        complement) and PSN (from the row or the forwarding CAM, then +1 per packet) are patched
-       in, and the header is merged with the realigned payload. ``o`` is driven
+       in (with ``config.low_latency``, a descriptor taken straight from the segmenter gets a
+       checksum summed there with a registered ``k_sum + IP ID`` term), and the header is merged
+       with the realigned payload. ``o`` is driven
        combinationally from this stage (``o.valid`` never depends on ``o.ready``). The header
        length ``H`` is 54/58/70/74 bytes; every packet's payload starts in lane 0 of an input
        beat (PMTU >= 256 is a multiple of the bytes per beat), so the realignment shift is
@@ -151,8 +177,12 @@ class TxFramer(wiring.Component):
             self.tx_rd.addr.eq(self.wr.payload.qp),
             self.tx_rd.en.eq(wr_go),
         ]
+        a_le = Signal(6)        # a_wr.length <= 128 << code, per PMTU code 1..5
+        wr_le = Signal(6)
+        for code in range(1, 6):
+            m.d.comb += wr_le[code].eq(_le_pow2(self.wr.payload.length, 7 + code))
         with m.If(wr_go):
-            m.d.sync += [a_wr.eq(self.wr.payload), a_valid.eq(1)]
+            m.d.sync += [a_wr.eq(self.wr.payload), a_valid.eq(1), a_le.eq(wr_le)]
         with m.Elif(a_move):
             m.d.sync += a_valid.eq(0)
 
@@ -174,21 +204,20 @@ class TxFramer(wiring.Component):
             m.d.comb += a_refuse.eq(_LOC_QP_OP_ERR)
         with m.Elif(bad_len):
             m.d.comb += a_refuse.eq(_LOC_LEN_ERR)
-        a_base = Signal(18)   # part of the IPv4 checksum sum that comes from the QP row
-        m.d.comb += a_base.eq(Cat(ctx.ecn, ctx.dscp) + ctx.remote_ip[16:32] + ctx.remote_ip[:16])
 
         # ------------------------------------------------------------------ segmenter
         msg_layout = data.StructLayout({
             "wr_id": 64, "opcode": 2, "qp": qw, "remote_addr": 64, "r_key": 32, "length": 32,
             "imm": 32, "solicited": 1, "refuse": 5, "remote_qpn": 24, "remote_mac": 48,
             "remote_ip": 32, "udp_sport": 16, "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1,
-            "pmtu": 3, "next_psn": 24, "base": 18, "tag": 1,
+            "pmtu": 3, "next_psn": 24, "tag": 1,
         })
         s_valid = Signal()          # a message with packets left is in the segmenter
         a_tag = Signal()            # tag of the next message the segmenter takes
         s = Signal(msg_layout)
         s_rem = Signal(32)
         s_first = Signal()
+        s_le = Signal()             # s_rem <= PMTU
         s_ackcnt = Signal(range(max(2, ack_every)))
         # the segmenter works on its registers, or straight on the accepted WR and its QP row
         # when it is empty (so the first descriptor is ready the cycle after the read)
@@ -208,7 +237,7 @@ class TxFramer(wiring.Component):
                 v.remote_ip.eq(ctx.remote_ip), v.udp_sport.eq(ctx.udp_sport),
                 v.dscp.eq(ctx.dscp), v.ecn.eq(ctx.ecn), v.p_key.eq(ctx.p_key),
                 v.migreq.eq(ctx.migreq), v.pmtu.eq(ctx.pmtu), v.next_psn.eq(ctx.next_psn),
-                v.base.eq(a_base), v.tag.eq(a_tag),
+                v.tag.eq(a_tag),
                 v_rem.eq(a_wr.length), v_first.eq(1), v_ackcnt.eq(0),
             ]
 
@@ -268,6 +297,28 @@ class TxFramer(wiring.Component):
                     m.d.comb += pmtu_bytes.eq(128 << code)
             with m.Default():
                 m.d.comb += pmtu_bytes.eq(256)
+        # rem_le: the rest of the message fits in this packet (v_rem <= PMTU), from registered
+        # flags: a message's first packet uses `a_le` (length <= 2**k for every PMTU code, taken
+        # with the WR), a later one `s_le` (v_rem <= 2 * PMTU when the previous packet was built)
+        rem_le = Signal()
+        rem_le_a = Signal()
+        with m.Switch(ctx.pmtu):
+            for code in range(1, 6):
+                with m.Case(code):
+                    m.d.comb += rem_le_a.eq(a_le[code])
+            with m.Default():
+                m.d.comb += rem_le_a.eq(a_le[1])
+        m.d.comb += rem_le.eq(Mux(s_valid, s_le, rem_le_a))
+        rem_le2_k = Signal(6)
+        rem_le2 = Signal()
+        for code in range(1, 6):
+            m.d.comb += rem_le2_k[code].eq(_le_pow2(v_rem, 8 + code))
+        with m.Switch(v.pmtu):
+            for code in range(1, 6):
+                with m.Case(code):
+                    m.d.comb += rem_le2.eq(rem_le2_k[code])
+            with m.Default():
+                m.d.comb += rem_le2.eq(rem_le2_k[1])
         p_last = Signal()
         p_len = Signal(13)
         p_pad = Signal(2)
@@ -278,26 +329,53 @@ class TxFramer(wiring.Component):
         p_opcode = Signal(8)
         p_ack = Signal()
         p_se = Signal()
-        p_ext = Signal(5)
         p_tot = Signal(16)
         p_flen = Signal(13)
+        # every length is A + B: A = the padded payload length without its 2 low bits
+        # (a mux, no adder: v_rem of a last packet, else the PMTU) and B a constant chosen by
+        # RETH / ImmDt / "v_rem not a multiple of 4" from small tables (no carry chain before
+        # the one adder per length)
+        p_a = Signal(13)
+        nz4 = Signal()
+        b_tot = Signal(7)     # IPv4 + UDP + BTH + ext + iCRC + 4 * nz4
+        b_udp = Signal(7)     # b_tot - 20
+        b_flen = Signal(7)    # b_tot + 10 (Ethernet header minus the iCRC)
+        b_outc = Signal(8)    # b_flen + N - 1 (ceil to beats)
+        p_udp = Signal(16)
+        p_outc = Signal(14)
         m.d.comb += [
-            p_last.eq((v_rem <= pmtu_bytes) | (v.refuse != 0)),
-            p_len.eq(Mux(v_rem <= pmtu_bytes, v_rem[:13], pmtu_bytes)),
-            p_pad.eq(-p_len[:2]),
+            p_last.eq(rem_le | (v.refuse != 0)),
+            p_len.eq(Mux(rem_le, v_rem[:13], pmtu_bytes)),
+            p_pad.eq(Mux(rem_le, -v_rem[:2], 0)),
             is_write.eq((v.opcode == proto.WrOpcode.RDMA_WRITE) |
                         (v.opcode == proto.WrOpcode.RDMA_WRITE_WITH_IMM)),
             has_imm.eq((v.opcode == proto.WrOpcode.RDMA_WRITE_WITH_IMM) |
                        (v.opcode == proto.WrOpcode.SEND_WITH_IMM)),
             p_reth.eq(is_write & v_first),
-            p_imm.eq(has_imm & p_last),
-            p_ack.eq(p_last | (v_ackcnt == ack_every - 1)),
-            p_se.eq(p_last & v.solicited & (v.opcode != proto.WrOpcode.RDMA_WRITE)),
-            p_ext.eq(Mux(p_reth, 16, 0) + Mux(p_imm, 4, 0)),
-            p_tot.eq(20 + 8 + 12 + p_ext + p_len + p_pad + proto.ICRC_BYTES),
-            p_flen.eq(_ETH_IPV4_UDP_BTH + p_ext + p_len + p_pad),
+            # the header fields use `rem_le`, not `p_last`: they differ only for a refused
+            # WR, whose header is never sent (keeps the QP-row checks off these paths)
+            p_imm.eq(has_imm & rem_le),
+            p_ack.eq(rem_le | (v_ackcnt == ack_every - 1)),
+            p_se.eq(rem_le & v.solicited & (v.opcode != proto.WrOpcode.RDMA_WRITE)),
+            nz4.eq(rem_le & (v_rem[:2] != 0)),
+            p_a.eq(Mux(rem_le, Cat(C(0, 2), v_rem[2:13]), pmtu_bytes)),
         ]
-        with m.Switch(Cat(p_last, v_first, v.opcode)):
+        with m.Switch(Cat(nz4, p_imm, p_reth)):
+            for c in range(8):
+                with m.Case(c):
+                    bt = 20 + 8 + 12 + proto.ICRC_BYTES + 4 * (c & 1) + 4 * ((c >> 1) & 1) + \
+                        16 * (c >> 2)
+                    m.d.comb += [b_tot.eq(bt), b_udp.eq(bt - 20),
+                                 b_flen.eq(bt + _ETH_IPV4_UDP_BTH - 40 - proto.ICRC_BYTES),
+                                 b_outc.eq(bt + _ETH_IPV4_UDP_BTH - 40 - proto.ICRC_BYTES +
+                                           N - 1)]
+        m.d.comb += [
+            p_tot.eq(p_a + b_tot),
+            p_udp.eq(p_a + b_udp),
+            p_flen.eq(p_a + b_flen),
+            p_outc.eq(p_a + b_outc),
+        ]
+        with m.Switch(Cat(rem_le, v_first, v.opcode)):
             for op, codes in _OPCODES.items():
                 for first in (0, 1):
                     for last in (0, 1):
@@ -306,7 +384,9 @@ class TxFramer(wiring.Component):
                             m.d.comb += p_opcode.eq(code)
 
         with m.If(pd_push):
-            m.d.sync += [s_valid.eq(~p_last), s.eq(v), s_rem.eq(v_rem - p_len), s_first.eq(0),
+            # (s_rem only matters when the packet was not the last one, i.e. a full one)
+            m.d.sync += [s_valid.eq(~p_last), s.eq(v), s_rem.eq(v_rem - pmtu_bytes), s_first.eq(0),
+                         s_le.eq(rem_le2),
                          s_ackcnt.eq(Mux(v_ackcnt == ack_every - 1, 0, v_ackcnt + 1))]
 
         # header (IP ID, IP checksum and PSN left 0: patched in by the merger)
@@ -323,7 +403,7 @@ class TxFramer(wiring.Component):
             ip.total_length.eq(p_tot), ip.flag_df.eq(1), ip.ttl.eq(cfg.ttl),
             ip.protocol.eq(proto.IP_PROTO_UDP), ip.src.eq(self.local_ip), ip.dst.eq(v.remote_ip),
             udp.src_port.eq(v.udp_sport), udp.dst_port.eq(proto.ROCEV2_UDP_PORT),
-            udp.length.eq(p_tot - 20),
+            udp.length.eq(p_udp),
             bth.opcode.eq(p_opcode), bth.se.eq(p_se), bth.migreq.eq(v.migreq),
             bth.pad_cnt.eq(p_pad), bth.p_key.eq(v.p_key), bth.dest_qp.eq(v.remote_qpn),
             bth.ack_req.eq(p_ack),
@@ -335,15 +415,51 @@ class TxFramer(wiring.Component):
             m.d.comb += ext.eq(Cat(layouts.to_lanes(reth, 16), layouts.to_lanes(immdt, 4)))
         with m.Else():
             m.d.comb += ext.eq(layouts.to_lanes(immdt, 4))
-        src_sum = Signal(17)
-        m.d.sync += src_sum.eq(self.local_ip[16:32] + self.local_ip[:16])
         csum_const = 0x4500 + 0x4000 + ((cfg.ttl << 8) | proto.IP_PROTO_UDP)
-        csum_raw = Signal(21)
-        csum_f1 = Signal(17)
+        src_sum_in = Signal(17)
+        k_sum = Signal(18, init=csum_const)   # checksum terms of the constant fields + source
+        m.d.comb += src_sum_in.eq(self.local_ip[16:32] + self.local_ip[:16])
+        m.d.sync += k_sum.eq(csum_const + src_sum_in)
+        ip_id = Signal(16, init=cfg.ip_id_start)
+        # IPv4 checksum: every term in one multi-operand adder, then an end-around fold (the
+        # folded value is the same whatever the order of the terms: the one in 1..0xFFFF
+        # congruent to the sum mod 0xFFFF). Both outcomes of `rem_le` are summed in parallel
+        # (a last packet: padded v_rem + its header; a full one: the PMTU + its header) and
+        # chosen after the fold, so the QP row's PMTU check is off the adder path.
+        tos = Signal(8)
+        b_tot_last = Signal(7)
+        b_tot_full = Signal(7)
         m.d.comb += [
-            csum_raw.eq(csum_const + v.base + src_sum + p_tot),
-            csum_f1.eq(csum_raw[:16] + csum_raw[16:]),
+            tos.eq(Cat(v.ecn, v.dscp)),
+            b_tot_full.eq(Mux(p_reth, 16, 0) + (20 + 8 + 12 + proto.ICRC_BYTES)),
         ]
+        with m.Switch(Cat(v_rem[:2] != 0, has_imm, p_reth)):
+            for c in range(8):
+                with m.Case(c):
+                    m.d.comb += b_tot_last.eq(20 + 8 + 12 + proto.ICRC_BYTES + 4 * (c & 1) +
+                                              4 * ((c >> 1) & 1) + 16 * (c >> 2))
+
+        def csum_sum(k, name):
+            raws = []
+            for case, length, hdr in (("l", Cat(C(0, 2), v_rem[2:13]), b_tot_last),
+                                      ("f", pmtu_bytes, b_tot_full)):
+                raw = Signal(21, name=f"{name}_raw_{case}")
+                # (the two terms that make the 4 sums differ first: a common prefix would be
+                # shared between them, i.e. an adder chained in front)
+                m.d.comb += raw.eq(length + k + hdr + tos + v.remote_ip[16:32] +
+                                   v.remote_ip[:16])
+                raws.append(_fold(m, raw, f"{name}_{case}"))
+            out = Signal(16, name=name)
+            m.d.comb += out.eq(Mux(rem_le, raws[0], raws[1]))
+            return out
+
+        csum_f = csum_sum(k_sum, "csum_f")
+        # the same sum with the IP ID, for the descriptor taken straight from here
+        # (low_latency): `id_sum` = k_sum + ip_id is kept in a register
+        id_sum = Signal(18, init=csum_const + cfg.ip_id_start)
+        csum_d = Signal(16)
+        if cfg.low_latency:
+            m.d.comb += csum_d.eq(~csum_sum(id_sum, "csum_d_f"))
         in_cnt = Signal(lg)          # bytes in the last input beat, 0 meaning N
         out_cnt = Signal(lg)
         m.d.comb += [in_cnt.eq(p_len[:lg]), out_cnt.eq(p_flen[:lg])]
@@ -351,11 +467,11 @@ class TxFramer(wiring.Component):
             pd.hdr.eq(Cat(layouts.to_lanes(eth, 14), layouts.to_lanes(ip, 20),
                           layouts.to_lanes(udp, 8), layouts.to_lanes(bth, 12), ext)),
             pd.sel.eq(Cat(p_imm, p_reth)),
-            pd.out_beats.eq(_ceil_div_pow2(p_flen, N, 11)),
-            pd.in_beats.eq(_ceil_div_pow2(p_len, N, 11)),
+            pd.out_beats.eq(p_outc[lg:]),
+            pd.in_beats.eq(Mux(rem_le, _ceil_div_pow2(v_rem[:13], N, 11), pmtu_bytes >> lg)),
             pd.lik.eq(_count_keep(in_cnt, N)),
             pd.lok.eq(_count_keep(out_cnt, N)),
-            pd.csum.eq(csum_f1[:16] + csum_f1[16]),
+            pd.csum.eq(csum_f),
             pd.first.eq(v_first), pd.last.eq(p_last),
             pd.qp.eq(v.qp), pd.ram_psn.eq(v.next_psn), pd.refuse.eq(v.refuse),
             pd.has_payload.eq(v.length != 0), pd.wr_id.eq(v.wr_id), pd.tag.eq(v.tag),
@@ -393,7 +509,6 @@ class TxFramer(wiring.Component):
         c_wr_id = Signal(64)
         psn = Signal(24)
         c_tag = Signal()
-        ip_id = Signal(16, init=cfg.ip_id_start)
 
         # write-backs wait in a 2-entry FIFO: the merger needs room for one (a registered
         # condition, so `o.valid` never depends on `tx_upd.ready`)
@@ -466,10 +581,11 @@ class TxFramer(wiring.Component):
         take_psn = Signal(24)
         take_csum = Signal(16)
         csum_s = Signal(17)
+        csum_m = _fold(m, csum_s, "csum_m")
         m.d.comb += [
             take_psn.eq(Mux(pe.first, Mux(hit, hit_psn, pe.ram_psn), psn + 1)),
-            csum_s.eq(pe.csum + ip_id),
-            take_csum.eq(~(csum_s[:16] + csum_s[16])),
+            csum_s.eq(ph.csum + ip_id),
+            take_csum.eq(Mux(ph_valid, ~csum_m, csum_d) if cfg.low_latency else ~csum_m),
             patch[_OFF_IP_ID * 8:(_OFF_IP_ID + 2) * 8].eq(layouts.to_lanes(ip_id, 2)),
             patch[_OFF_IP_CSUM * 8:(_OFF_IP_CSUM + 2) * 8].eq(layouts.to_lanes(take_csum, 2)),
             patch[_OFF_PSN * 8:(_OFF_PSN + 3) * 8].eq(layouts.to_lanes(take_psn, 3)),
@@ -564,10 +680,31 @@ class TxFramer(wiring.Component):
                 c_sel.eq(pe.sel), c_final.eq(pe.last), c_first.eq(pe.first), c_lik.eq(pe.lik),
                 c_lok.eq(pe.lok), c_qp.eq(pe.qp), c_wr_id.eq(pe.wr_id), psn.eq(take_psn),
                 c_tag.eq(pe.tag),
-                ip_id.eq(ip_id + 1), n_frames.eq(n_frames + 1),
+                n_frames.eq(n_frames + 1),
             ]
+        # IP ID counter and `id_sum` (its checksum term, each next value computed for the
+        # three cases in parallel and chosen late by `ntake`)
+        ip_id_inc = Signal(16)
+        ip_id_next = Signal(16)
+        id_sum_keep = Signal(18)
+        id_sum_inc = Signal(18)
+        id_sum_load = Signal(18)
+        id_sum_next = Signal(18)
+        m.d.comb += [
+            ip_id_inc.eq(ip_id + 1),
+            id_sum_keep.eq(csum_const + src_sum_in + ip_id),
+            id_sum_inc.eq(csum_const + src_sum_in + ip_id_inc),
+            id_sum_load.eq(csum_const + src_sum_in + self.ip_id_load.payload.value),
+        ]
         with m.If(self.ip_id_load.valid):
-            m.d.sync += ip_id.eq(self.ip_id_load.payload.value)
+            m.d.comb += [ip_id_next.eq(self.ip_id_load.payload.value), id_sum_next.eq(id_sum_load)]
+        with m.Elif(ntake):
+            m.d.comb += [ip_id_next.eq(ip_id_inc), id_sum_next.eq(id_sum_inc)]
+        with m.Else():
+            m.d.comb += [ip_id_next.eq(ip_id), id_sum_next.eq(id_sum_keep)]
+        m.d.sync += ip_id.eq(ip_id_next)
+        if cfg.low_latency:
+            m.d.sync += id_sum.eq(id_sum_next)
 
         with m.If(emit):
             m.d.sync += [
