@@ -340,8 +340,8 @@ class ICRCInserter(wiring.Component):
     tag) whose IB packet is a multiple of 4 bytes, as every RoCEv2 packet is; the iCRC covers
     every input byte after the Ethernet header. Other frames get a wrong iCRC (never a hang).
 
-    Latency: :attr:`latency` cycles from an input beat's transfer to the same beat on ``o``,
-    constant: input register with the zeroing, partial data terms, feedback loop, the rewind
+    Latency: constant; a beat transferred on ``i`` in cycle ``t`` is valid on ``o`` in cycle
+    ``t + latency + 1`` (:attr:`latency` counts the register stages between the two transfers): input register with the zeroing, partial data terms, feedback loop, the rewind
     (``log2(bytes per beat) - 2`` conditional stages, ``rewind_per_cycle`` of them per register),
     output register with the insertion. With the default ``rewind_per_cycle=2``: 4, 4, 5, 5, 6
     cycles at 64, 128, 256, 512, 1024 bits (``1`` gives 4, 5, 6, 7, 8 and about 120 fewer LUTs

@@ -156,10 +156,11 @@ class TxEngine(wiring.Component):
     write's response has been received sees the write. Rewriting a QP while WRs for it are in
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
-    Latency and throughput. WR transfer (cycle 0) -> first beat valid on ``o``, engine idle
-    and payload valid: 1 cycle (QP read) plus the iCRC inserter's constant latency with
-    ``config.low_latency`` (default), 2 cycles plus it without, i.e.
-    ``1 + ICRCInserter(W).latency`` cycles (checked by ``tests/test_tx_engine.py``).
+    Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
+    ``2 + ICRCInserter(W).latency`` with ``config.low_latency`` (default): 6, 6, 7, 7, 8 at 64,
+    128, 256, 512, 1024 bits (1 cycle of QP read to the framer's first beat, then the iCRC
+    inserter); one cycle later without ``low_latency``. Engine idle and payload valid; measured
+    by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
     frame in the next cycle (also across WRs and QPs); a frame is ``ceil(bytes / (W/8))``
     beats long (header merged with the payload, no filler beat). If ``i`` idles in the middle
