@@ -71,6 +71,17 @@ def _count_keep(cnt, n):
     return Cat(*[(cnt == 0) | (cnt > j) if j < n - 1 else (cnt == 0) for j in range(n)])
 
 
+def _select_by_pmtu(m, code, bits, out):
+    """``out = bits[code]`` for a PMTU code 1..5 (``bits[1]`` for any other code: such a QP is
+    refused before its packets are used)."""
+    with m.Switch(code):
+        for c in range(1, 6):
+            with m.Case(c):
+                m.d.comb += out.eq(bits[c])
+        with m.Default():
+            m.d.comb += out.eq(bits[1])
+
+
 class TxFramer(wiring.Component):
     """Work requests + payload -> complete RoCEv2 Ethernet frames **without** the iCRC.
 
@@ -302,23 +313,13 @@ class TxFramer(wiring.Component):
         # with the WR), a later one `s_le` (v_rem <= 2 * PMTU when the previous packet was built)
         rem_le = Signal()
         rem_le_a = Signal()
-        with m.Switch(ctx.pmtu):
-            for code in range(1, 6):
-                with m.Case(code):
-                    m.d.comb += rem_le_a.eq(a_le[code])
-            with m.Default():
-                m.d.comb += rem_le_a.eq(a_le[1])
+        _select_by_pmtu(m, ctx.pmtu, a_le, rem_le_a)
         m.d.comb += rem_le.eq(Mux(s_valid, s_le, rem_le_a))
         rem_le2_k = Signal(6)
         rem_le2 = Signal()
         for code in range(1, 6):
             m.d.comb += rem_le2_k[code].eq(_le_pow2(v_rem, 8 + code))
-        with m.Switch(v.pmtu):
-            for code in range(1, 6):
-                with m.Case(code):
-                    m.d.comb += rem_le2.eq(rem_le2_k[code])
-            with m.Default():
-                m.d.comb += rem_le2.eq(rem_le2_k[1])
+        _select_by_pmtu(m, v.pmtu, rem_le2_k, rem_le2)
         p_last = Signal()
         p_len = Signal(13)
         p_pad = Signal(2)
