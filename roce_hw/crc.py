@@ -24,7 +24,8 @@ from .stream import PacketSignature
 
 __all__ = [
     "POLY", "CRC_INIT", "crc_bits", "step_matrices", "advance", "advance_rows", "apply_rows",
-    "rows_mul", "residue_register", "xor_rows", "thermometer_count", "data_term_partials",
+    "rows_mul", "residue_register", "xor_rows", "thermometer_count", "empty_lanes",
+    "data_term_partials",
     "revert_stages",
     "CRC32",
 ]
@@ -133,6 +134,15 @@ def thermometer_count(m, therm, name):
         bits.append(Cat(*terms).any() if terms else C(0, 1))
     m.d.comb += out.eq(Cat(*bits))
     return out
+
+
+def empty_lanes(m, keep, name):
+    """Number of lanes without ``keep`` (a keep contiguous from bit 0) as a named Signal: the
+    zero bytes padding a partial last beat, which the rewind stages take back."""
+    n = len(keep)
+    zeros = Signal(n, name=f"{name}_zeros")
+    m.d.comb += zeros.eq(Cat(*[~keep[n - 1 - j] for j in range(n)]))
+    return thermometer_count(m, zeros, name)
 
 
 def _default_chunk(width):
@@ -313,9 +323,7 @@ class CRC32(wiring.Component):
 
         # Stage 2: partial data terms; pad count of the last beat.
         parts = data_term_partials(m, en, d1, b_rows, _default_chunk(w), "dt")
-        zeros = Signal(n)
-        m.d.comb += zeros.eq(Cat(*[~keep1[n - 1 - j] for j in range(n)]))
-        pad = thermometer_count(m, zeros, "pad")
+        pad = empty_lanes(m, keep1, "pad")
         v2, first2, last2 = Signal(), Signal(), Signal()
         pad2 = Signal(self._rev_bits, reset_less=True)
         with m.If(en):

@@ -31,8 +31,8 @@ from amaranth.lib.wiring import In, Out
 from . import proto
 from .config import check_data_width
 from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
-                  residue_register, revert_stages, rows_mul, step_matrices, thermometer_count,
-                  xor_rows)
+                  empty_lanes, residue_register, revert_stages, rows_mul, step_matrices,
+                  thermometer_count, xor_rows)
 from .stream import PacketSignature
 
 __all__ = ["MAX_FRAME_BYTES", "VARIANTS", "covered_start", "masked_bytes", "ICRCInserter",
@@ -424,9 +424,7 @@ class ICRCInserter(wiring.Component):
         for key, val in consts.items():
             acc = acc ^ Mux(kc_reg[key], C(val, 32), 0)
         m.d.comb += kconst.eq(acc)
-        zeros = Signal(n)
-        m.d.comb += zeros.eq(Cat(*[~self.i.payload.keep[n - 1 - j] for j in range(n)]))
-        pad = thermometer_count(m, zeros, "s1_pad")
+        pad = empty_lanes(m, self.i.payload.keep, "s1_pad")
         v1 = Signal()
         first1, last1 = Signal(reset_less=True), Signal(reset_less=True)
         q1 = Signal(self._q_bits, reset_less=True)

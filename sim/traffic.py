@@ -170,7 +170,6 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
             if rsp.error:
                 raise RuntimeError(f"QP {q.index} setup refused by the management port")
         state["setup_done"] = True
-        state["start"] = state["cycle"]
         for n, w in enumerate(wrs):
             while rng_wr.random() < p_wr_idle:
                 await ctx.tick()
