@@ -6,7 +6,8 @@ Producers insert seeded random idle cycles *between* transfers only (a stream ma
 producer and one per consumer.
 """
 
-__all__ = ["beats_of", "framing_error", "stream_put", "stream_get", "send_packet", "recv_packet"]
+__all__ = ["beats_of", "framing_error", "stream_put", "stream_get", "send_packet", "recv_packet",
+           "collect_valid"]
 
 
 def beats_of(pkt, width):
@@ -107,3 +108,17 @@ async def recv_packet(ctx, s, width, *, rng=None, p_stall=0.0, check_framing=Tru
         if p.last:
             ctx.set(s.ready, 0)
             return bytes(out)
+
+
+async def collect_valid(ctx, s, count):
+    """Consumer that holds ``ready`` high and returns ``[(cycle, payload)]`` for the first
+    ``count`` cycles with ``valid``; ``cycle`` counts clock ticks since the call (the first
+    tick is 1), the clock basis of the latency tests."""
+    ctx.set(s.ready, 1)
+    out, cycle = [], 0
+    while len(out) < count:
+        await ctx.tick()
+        cycle += 1
+        if ctx.get(s.valid):
+            out.append((cycle, ctx.get(s.payload)))
+    return out

@@ -14,7 +14,7 @@ from roce_hw.config import DATA_WIDTHS
 from roce_hw.crc import (CRC32, CRC_INIT, advance, advance_rows, apply_rows, crc_bits,
                          residue_register, step_matrices)
 from sim.harness import run_simulation
-from sim.stream import send_packet, stream_get
+from sim.stream import collect_valid, send_packet, stream_get
 from sim.verilog import emit, lint
 
 FAST_WIDTHS = (64, 512)
@@ -157,13 +157,7 @@ def test_crc32_latency_and_throughput(width):
         ctx.set(dut.i.valid, 0)
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
-        while len(produced) < len(packets):
-            await ctx.tick()
-            cycle += 1
-            if ctx.get(dut.o.valid):
-                produced.append((cycle, ctx.get(dut.o.payload)))
+        produced.extend(await collect_valid(ctx, dut.o, len(packets)))
 
     run_simulation(dut, [producer, consumer], cycles=200)
     assert [v for _, v in produced] == [zlib.crc32(p) for p in packets]

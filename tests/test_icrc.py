@@ -23,7 +23,7 @@ from sim.harness import run_simulation
 from sim.icrc_hw import check_frames
 from sim.pcap import read_capture
 from sim.oracle import protocol_icrc
-from sim.stream import recv_packet, send_packet
+from sim.stream import collect_valid, recv_packet, send_packet
 from sim.verilog import emit, lint
 
 FAST_WIDTHS = (64, 512)
@@ -190,14 +190,8 @@ def test_inserter_latency(width):
         ctx.set(dut.i.valid, 0)
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
         total = sum(-(-len(f) // n) for f in frames)
-        while len(outs) < total:
-            await ctx.tick()
-            cycle += 1
-            if ctx.get(dut.o.valid):
-                outs.append(cycle)
+        outs.extend(c for c, _ in await collect_valid(ctx, dut.o, total))
 
     run_simulation(dut, [producer, consumer], cycles=300)
     first = -(-(len(frames[0]) - 4) // n)
@@ -335,13 +329,7 @@ def test_checker_latency(width):
         ctx.set(dut.i.valid, 0)
 
     async def consumer(ctx):
-        ctx.set(dut.o.ready, 1)
-        cycle = 0
-        while len(outs) < len(frames):
-            await ctx.tick()
-            cycle += 1
-            if ctx.get(dut.o.valid):
-                outs.append((cycle, ctx.get(dut.o.payload.good)))
+        outs.extend((c, p.good) for c, p in await collect_valid(ctx, dut.o, len(frames)))
 
     run_simulation(dut, [producer, consumer], cycles=300)
     assert [c for c, _ in outs] == [c + dut.latency for c in lasts]
