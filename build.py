@@ -3,7 +3,7 @@
 """Generate the RoCEv2 TX engine as Verilog: ``python build.py --width 512 [--qps 16] [--out DIR]``.
 
 Writes ``DIR/roce_tx.v`` (one module ``roce_tx`` with flat AXI-Stream-style ports, see
-:mod:`roce_hw.axis`) and ``DIR/roce_tx_ports.txt`` (the port list with directions and widths).
+:mod:`roce_hw.lib.flat`) and ``DIR/roce_tx_ports.txt`` (the port list with directions and widths).
 Exit status 2, with a message naming the valid choices, for impossible options.
 """
 
@@ -24,8 +24,8 @@ def generate(config, out_dir, *, name="roce_tx", lint=False, log=print):
     from amaranth.back import verilog
     from amaranth.lib.wiring import In
 
-    from roce_hw.axis import FlatTop
-    from roce_hw.tx_engine import TxEngine
+    from roce_hw.lib.flat import FlatTop
+    from roce_hw.tx.engine import TxEngine
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

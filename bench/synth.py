@@ -51,28 +51,28 @@ class Design:
 
 
 def _crc(width):
-    from roce_hw.crc import CRC32
+    from roce_hw.lib.crc import CRC32
     return CRC32(width)
 
 
 def _inserter(width):
-    from roce_hw.icrc import ICRCInserter
+    from roce_hw.lib.icrc import ICRCInserter
     return ICRCInserter(width)
 
 
 def _inserter_fast(width):
-    from roce_hw.icrc import ICRCInserter
+    from roce_hw.lib.icrc import ICRCInserter
     return ICRCInserter(width, rewind_per_cycle=2)
 
 
 def _checker(width):
-    from roce_hw.icrc import ICRCChecker
+    from roce_hw.lib.icrc import ICRCChecker
     return ICRCChecker(width)
 
 
 def _roce_tx(width):
     from roce_hw.config import EngineConfig
-    from roce_hw.tx_engine import TxEngine
+    from roce_hw.tx.engine import TxEngine
     return TxEngine(EngineConfig(data_width=width))
 
 

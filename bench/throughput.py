@@ -12,7 +12,7 @@
 * the longest frame in beats against ceil(frame bytes / bytes per beat).
 
 Every frame is also compared with the golden model and every beat checked against the framing
-rules of :mod:`roce_hw.stream`; a mismatch or a framing error makes the exit status 1.
+rules of :mod:`roce_hw.lib.stream`; a mismatch or a framing error makes the exit status 1.
 """
 
 import argparse

@@ -37,7 +37,7 @@ class EngineConfig:
         IPv4 TTL of every transmitted frame (1 to 255; Linux and the golden captures use 64).
     ip_id_start : int
         Value of the IPv4 identification counter after reset (0 to 65535); the TX engine puts
-        it in its first frame and adds 1 per frame (see :class:`roce_hw.tx_engine.TxEngine`).
+        it in its first frame and adds 1 per frame (see :class:`roce_hw.tx.engine.TxEngine`).
     low_latency : bool
         TX engine: when it is idle, build the first packet's header and put its first beat
         into the iCRC inserter in the cycle after the QP read (WR -> first byte 1 cycle

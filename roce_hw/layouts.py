@@ -6,7 +6,7 @@
 
     layout.const(fields).as_bits().to_bytes(header.size, "big") == header.pack(fields)
 
-On a packet bus the first wire byte travels in ``data[7:0]`` (see :mod:`roce_hw.stream`);
+On a packet bus the first wire byte travels in ``data[7:0]`` (see :mod:`roce_hw.lib.stream`);
 :func:`to_lanes` converts a header value into that lane order and :func:`from_lanes` back.
 """
 

@@ -149,8 +149,8 @@ def verilog_ports(text, name="roce_tx"):
 
 
 def _flat_top(config):
-    from roce_hw.axis import FlatTop
-    from roce_hw.tx_engine import TxEngine
+    from roce_hw.lib.flat import FlatTop
+    from roce_hw.tx.engine import TxEngine
     return FlatTop(TxEngine(config), rename=_load_build().PORT_NAMES)
 
 

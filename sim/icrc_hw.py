@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Run Ethernet frames through the hardware :class:`~roce_hw.icrc.ICRCChecker` in the Amaranth
+"""Run Ethernet frames through the hardware :class:`~roce_hw.lib.icrc.ICRCChecker` in the Amaranth
 simulator and return its per-frame verdicts (used by ``python -m sim.analyze --hw``)."""
 
 from roce_hw.config import check_data_width
-from roce_hw.icrc import ICRCChecker
+from roce_hw.lib.icrc import ICRCChecker
 
 from .harness import run_simulation
 from .stream import send_packet, stream_get

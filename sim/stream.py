@@ -24,7 +24,7 @@ def beats_of(pkt, width):
 
 def framing_error(index, keep, first, last, nbytes):
     """What is wrong with beat ``index`` (0-based within its packet) under the conventions of
-    :mod:`roce_hw.stream`, or ``None``: ``first`` exactly on beat 0, ``keep`` contiguous from bit
+    :mod:`roce_hw.lib.stream`, or ``None``: ``first`` exactly on beat 0, ``keep`` contiguous from bit
     0 with at least one byte, and full (``nbytes`` lanes) unless ``last``."""
     keep = int(keep)
     count = keep.bit_length()
@@ -89,7 +89,7 @@ async def send_packet(ctx, s, pkt, width, *, rng=None, p_idle=0.0, garbage=True)
 async def recv_packet(ctx, s, width, *, rng=None, p_stall=0.0, check_framing=True):
     """Receive one packet from ``s`` and return its bytes (only lanes with ``keep`` set).
 
-    With ``check_framing``, asserts the conventions of :mod:`roce_hw.stream`: ``first`` only on
+    With ``check_framing``, asserts the conventions of :mod:`roce_hw.lib.stream`: ``first`` only on
     the first beat, keep contiguous and full except on ``last``."""
     n = width // 8
     out = bytearray()

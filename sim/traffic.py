@@ -107,7 +107,7 @@ class TrafficResult:
     busy_cycles: int = 0                           #: cycles with a beat transferred on `o`
     ready_cycles: int = 0                          #: cycles `o.ready` was high, first..last beat
     span_cycles: int = 0                           #: cycles from the first to the last beat
-    framing_errors: list = field(default_factory=list)  #: beats breaking roce_hw.stream rules
+    framing_errors: list = field(default_factory=list)  #: beats breaking roce_hw.lib.stream rules
 
     @property
     def good_frames(self):
@@ -130,13 +130,13 @@ def _qp_context(q):
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                 seed=0, p_wr_idle=0.0, p_payload_idle=0.0, p_stall=0.0,
                 max_cycles=None, wr_gap=0):
-    """Simulate a :class:`~roce_hw.tx_engine.TxEngine` built from ``config``.
+    """Simulate a :class:`~roce_hw.tx.engine.TxEngine` built from ``config``.
 
     The QPs are written through the management port first; then the WRs are posted (each
     ``wr_gap`` cycles apart at the earliest) while the payload producer and the frame consumer run
     with the given idle/stall probabilities. Returns a :class:`TrafficResult`.
     """
-    from roce_hw.tx_engine import TxEngine
+    from roce_hw.tx.engine import TxEngine
     from sim.harness import run_simulation
     from sim.stream import framing_error, send_packet
 

@@ -11,7 +11,7 @@ from amaranth.lib.crc import catalog
 from amaranth.sim import Simulator
 
 from roce_hw.config import DATA_WIDTHS
-from roce_hw.crc import (CRC32, CRC_INIT, advance, advance_rows, apply_rows, crc_bits,
+from roce_hw.lib.crc import (CRC32, CRC_INIT, advance, advance_rows, apply_rows, crc_bits,
                          residue_register, step_matrices)
 from sim.harness import run_simulation
 from sim.stream import collect_valid, send_packet, stream_get

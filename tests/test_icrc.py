@@ -17,7 +17,7 @@ from scapy.contrib.roce import BTH
 
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS
-from roce_hw.icrc import (VARIANTS, ICRCChecker, ICRCInserter, covered_start, masked_bytes)
+from roce_hw.lib.icrc import (VARIANTS, ICRCChecker, ICRCInserter, covered_start, masked_bytes)
 from roce_hw.model import icrc as model
 from sim.harness import run_simulation
 from sim.icrc_hw import check_frames

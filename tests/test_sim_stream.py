@@ -8,7 +8,7 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from roce_hw.stream import PacketSignature
+from roce_hw.lib.stream import PacketSignature
 from sim.harness import run_simulation
 from sim.stream import beats_of, framing_error, recv_packet, send_packet
 

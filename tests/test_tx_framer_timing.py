@@ -10,7 +10,7 @@ import pytest
 from amaranth import Module, Signal
 
 from roce_hw.config import EngineConfig
-from roce_hw.tx_framer import TxFramer, _fold, _le_pow2
+from roce_hw.tx.framer import TxFramer, _fold, _le_pow2
 from sim.harness import run_simulation
 from sim.verilog import emit
 

@@ -8,7 +8,7 @@ set to 1s), the BTH (byte 4 set to 1s) and everything up to the end bounded by t
 minus the 4 iCRC bytes. Frames are IPv4 (no options) or IPv6, with or without one 802.1Q tag.
 
 How the hardware gets cheap (all constants derived at elaboration time from :mod:`roce_hw.proto`
-and :mod:`roce_hw.crc`, no hand-typed offsets or matrices):
+and :mod:`roce_hw.lib.crc`, no hand-typed offsets or matrices):
 
 * The bytes that are not covered (Ethernet header, VLAN tag) and the masked fields are **zeroed**
   in the input register (synchronous reset of those flip-flops, no LUT). The 1s of the masked
@@ -28,8 +28,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from . import proto
-from .config import check_data_width
+from .. import proto
+from ..config import check_data_width
 from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
                   empty_lanes, residue_register, revert_stages, rows_mul, step_matrices,
                   thermometer_count, xor_rows)

@@ -8,8 +8,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from roce_hw.axis import FlatTop
-from roce_hw.stream import PacketSignature
+from roce_hw.lib.flat import FlatTop
+from roce_hw.lib.stream import PacketSignature
 from sim.harness import run_simulation
 from sim.verilog import emit, lint
 

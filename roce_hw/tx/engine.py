@@ -1,104 +1,16 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """RoCEv2 TX engine: work requests and payload bytes in, segmented RoCEv2 Ethernet frames out."""
 
-import enum
-
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import EngineConfig, check_data_width
-from .qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
-from .stream import PacketSignature
+from ..config import EngineConfig
+from ..lib.stream import PacketSignature, frame_layout
+from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
+from ..verbs import WcStatus, status_layout, wr_layout
 
-__all__ = ["WcStatus", "wr_layout", "status_layout", "frame_layout", "TxEngine"]
-
-
-class WcStatus(enum.IntEnum):
-    """Status codes of the ``status`` stream, numbered as libibverbs ``enum ibv_wc_status``."""
-    SUCCESS = 0
-    LOC_LEN_ERR = 1        #: payload length disagrees with ``length``, or ``length`` > 2**31
-    LOC_QP_OP_ERR = 2      #: QP not in RTS, QP index >= n_qp, bad PMTU code, unsupported opcode
-    LOC_EEC_OP_ERR = 3
-    LOC_PROT_ERR = 4
-    WR_FLUSH_ERR = 5
-    MW_BIND_ERR = 6
-    BAD_RESP_ERR = 7
-    LOC_ACCESS_ERR = 8
-    REM_INV_REQ_ERR = 9
-    REM_ACCESS_ERR = 10
-    REM_OP_ERR = 11
-    RETRY_EXC_ERR = 12
-    RNR_RETRY_EXC_ERR = 13
-    LOC_RDD_VIOL_ERR = 14
-    REM_INV_RD_REQ_ERR = 15
-    REM_ABORT_ERR = 16
-    INV_EECN_ERR = 17
-    INV_EEC_STATE_ERR = 18
-    FATAL_ERR = 19
-    RESP_TIMEOUT_ERR = 20
-    GENERAL_ERR = 21
-
-
-def _config(config):
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"expected an EngineConfig, not {config!r}")
-    return config
-
-
-def wr_layout(config):
-    """Payload of the work-request stream (one transfer per WR), modelled on ``ibv_send_wr``.
-
-    ==============  =====================  ====================================================
-    field           width                  meaning
-    ==============  =====================  ====================================================
-    ``wr_id``       64                     user cookie, returned in the status report
-    ``opcode``      4                      :class:`roce_hw.proto.WrOpcode` (``ibv_wr_opcode``):
-                                           RDMA_WRITE 0, RDMA_WRITE_WITH_IMM 1, SEND 2,
-                                           SEND_WITH_IMM 3; any other value is refused
-    ``qp``          ``qp_index_width``     QP index (row of the QP table; local QPN 256 + qp)
-    ``remote_addr`` 64                     RETH VA of the first packet (RDMA WRITE)
-    ``r_key``       32                     RETH R_Key (RDMA WRITE)
-    ``length``      32                     message length in bytes, 0 to 2**31
-    ``imm``         32                     ImmDt (the ``*_WITH_IMM`` opcodes), big-endian on
-                                           the wire like ``ibv_send_wr.imm_data``
-    ``signaled``    1                      carried for the completion queue of a later issue
-                                           (unused now)
-    ``solicited``   1                      SE on the last packet (SEND* and WRITE_WITH_IMM)
-    ==============  =====================  ====================================================
-    """
-    config = _config(config)
-    return data.StructLayout({
-        "wr_id": 64,
-        "opcode": 4,
-        "qp": qp_index_width(config.n_qp),
-        "remote_addr": 64,
-        "r_key": 32,
-        "length": 32,
-        "imm": 32,
-        "signaled": 1,
-        "solicited": 1,
-    })
-
-
-def status_layout(config):
-    """Payload of the status stream: ``{wr_id 64, qp, status 5}``, ``status`` a
-    :class:`WcStatus`."""
-    config = _config(config)
-    return data.StructLayout({
-        "wr_id": 64,
-        "qp": qp_index_width(config.n_qp),
-        "status": 5,
-    })
-
-
-def frame_layout(width):
-    """Beat of the output frame stream: :func:`roce_hw.stream.packet_layout` plus ``abort``
-    (1 bit, meaningful on the ``last`` beat: the MAC must discard the frame, like the AXI
-    ``tuser`` "bad frame" bit of the Xilinx CMAC or verilog-ethernet)."""
-    check_data_width(width)
-    return data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1,
-                              "abort": 1})
+__all__ = ["TxEngine"]
 
 
 class TxEngine(wiring.Component):
@@ -109,7 +21,7 @@ class TxEngine(wiring.Component):
     into FIRST/MIDDLE/LAST/ONLY packets (PROTOCOL.md §5.7, exactly as
     :func:`roce_hw.model.segment.segment_message`), builds Ethernet / IPv4 / UDP / BTH /
     [RETH] / [ImmDt] in hardware, merges the header with the realigned payload, appends the zero
-    pad and lets an :class:`~roce_hw.icrc.ICRCInserter` append the iCRC. Frames carry no FCS.
+    pad and lets an :class:`~roce_hw.lib.icrc.ICRCInserter` append the iCRC. Frames carry no FCS.
 
     Header fields. Ethernet: dst = QP ``remote_mac``, src = ``local_mac``, type 0x0800.
     IPv4: version 4, IHL 5, DSCP/ECN from the QP, total length, identification = the IP ID
@@ -243,7 +155,7 @@ class TxEngine(wiring.Component):
         return self._config
 
     def elaborate(self, platform):
-        from .tx_framer import TxFramer
+        from .framer import TxFramer
         cfg = self._config
         m = Module()
         m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
@@ -278,7 +190,7 @@ class TxEngine(wiring.Component):
         """``src`` (frames without iCRC, with ``abort``) -> ICRCInserter -> ``o``. The
         inserter carries no side band, so the ``abort`` bit of each frame waits in a small FIFO
         from the frame's last beat in to its last beat out (the inserter keeps frame order)."""
-        from .icrc import ICRCInserter
+        from ..lib.icrc import ICRCInserter
         m.submodules.icrc = ins = ICRCInserter(self._config.data_width)
         # frames inside the inserter: at most latency + 2 (one-beat frames back to back)
         m.submodules.abort_fifo = af = fifo.SyncFIFO(width=1, depth=ins.latency + 4)

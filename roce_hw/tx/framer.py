@@ -6,10 +6,11 @@ from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from . import layouts, proto
-from .config import EngineConfig
-from .qp_state import QPReadSignature, qp_index_width, tx_upd_layout
-from .stream import PacketSignature
+from .. import layouts, proto
+from ..config import EngineConfig
+from ..lib.stream import PacketSignature, frame_layout
+from ..qp_state import QPReadSignature, qp_index_width, tx_upd_layout
+from ..verbs import status_layout, wr_layout
 
 __all__ = ["HEADER_BYTES", "TxFramer"]
 
@@ -85,7 +86,7 @@ def _select_by_pmtu(m, code, bits, out):
 class TxFramer(wiring.Component):
     """Work requests + payload -> complete RoCEv2 Ethernet frames **without** the iCRC.
 
-    This is the datapath of :class:`roce_hw.tx_engine.TxEngine` (which adds the QP table,
+    This is the datapath of :class:`roce_hw.tx.engine.TxEngine` (which adds the QP table,
     the iCRC inserter and the documentation of the behaviour seen from outside). Pipeline:
 
     1. **Accept** (cycle 0): a WR transfer starts the QP read (``tx_rd``, 1 cycle). The WR
@@ -128,7 +129,7 @@ class TxFramer(wiring.Component):
     -------
     wr, i, status, local_mac, local_ip, ip_id_load, frames, frames_aborted, wrs_refused,
     status_dropped
-        As in :class:`roce_hw.tx_engine.TxEngine`.
+        As in :class:`roce_hw.tx.engine.TxEngine`.
     o : ``Out(stream.Signature(frame_layout(W)))``
         Frames without iCRC (``abort`` on the last beat of a frame to discard).
     tx_rd : ``Out(QPReadSignature(idx_width))``
@@ -142,7 +143,6 @@ class TxFramer(wiring.Component):
     def __init__(self, config):
         if not isinstance(config, EngineConfig):
             raise TypeError(f"expected an EngineConfig, not {config!r}")
-        from .tx_engine import frame_layout, status_layout, wr_layout
         self._config = config
         w = config.data_width
         qw = qp_index_width(config.n_qp)
@@ -165,7 +165,6 @@ class TxFramer(wiring.Component):
         })
 
     def elaborate(self, platform):
-        from .tx_engine import status_layout
         cfg = self._config
         m = Module()
         N = cfg.data_bytes

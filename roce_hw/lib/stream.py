@@ -21,9 +21,10 @@ once ``valid`` is asserted the payload is held until the transfer.
 from amaranth import *
 from amaranth.lib import data, stream
 
-from .config import check_data_width
+from ..config import check_data_width
 
-__all__ = ["packet_layout", "PacketSignature", "keep_to_count", "count_to_keep"]
+__all__ = ["packet_layout", "PacketSignature", "frame_layout", "FrameSignature", "keep_to_count",
+           "count_to_keep"]
 
 
 def packet_layout(width):
@@ -35,6 +36,20 @@ def packet_layout(width):
 def PacketSignature(width):
     """``stream.Signature`` carrying :func:`packet_layout` beats."""
     return stream.Signature(packet_layout(width))
+
+
+def frame_layout(width):
+    """Beat of the output frame stream: :func:`packet_layout` plus ``abort``
+    (1 bit, meaningful on the ``last`` beat: the MAC must discard the frame, like the AXI
+    ``tuser`` "bad frame" bit of the Xilinx CMAC or verilog-ethernet)."""
+    check_data_width(width)
+    return data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1,
+                              "abort": 1})
+
+
+def FrameSignature(width):
+    """``stream.Signature`` carrying :func:`frame_layout` beats."""
+    return stream.Signature(frame_layout(width))
 
 
 def keep_to_count(keep):

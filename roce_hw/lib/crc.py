@@ -19,7 +19,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import check_data_width
+from ..config import check_data_width
 from .stream import PacketSignature
 
 __all__ = [

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Generic blocks: packet streams, CRC and iCRC, header inserter and extractor, queues, helpers."""

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Verbs-level definitions shared by TX, RX and reliability: work-request opcodes, ibverbs completion
+statuses, and the layouts of the work-request, status and completion streams."""
+
+import enum
+
+from amaranth.lib import data
+
+from .config import EngineConfig
+from .proto import WrOpcode
+from .qp_state import qp_index_width
+
+__all__ = ["WrOpcode", "WcStatus", "wr_layout", "status_layout"]
+
+
+class WcStatus(enum.IntEnum):
+    """Status codes of the ``status`` stream, numbered as libibverbs ``enum ibv_wc_status``."""
+    SUCCESS = 0
+    LOC_LEN_ERR = 1        #: payload length disagrees with ``length``, or ``length`` > 2**31
+    LOC_QP_OP_ERR = 2      #: QP not in RTS, QP index >= n_qp, bad PMTU code, unsupported opcode
+    LOC_EEC_OP_ERR = 3
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
+    GENERAL_ERR = 21
+
+
+def _config(config):
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"expected an EngineConfig, not {config!r}")
+    return config
+
+
+def wr_layout(config):
+    """Payload of the work-request stream (one transfer per WR), modelled on ``ibv_send_wr``.
+
+    ==============  =====================  ====================================================
+    field           width                  meaning
+    ==============  =====================  ====================================================
+    ``wr_id``       64                     user cookie, returned in the status report
+    ``opcode``      4                      :class:`roce_hw.proto.WrOpcode` (``ibv_wr_opcode``):
+                                           RDMA_WRITE 0, RDMA_WRITE_WITH_IMM 1, SEND 2,
+                                           SEND_WITH_IMM 3; any other value is refused
+    ``qp``          ``qp_index_width``     QP index (row of the QP table; local QPN 256 + qp)
+    ``remote_addr`` 64                     RETH VA of the first packet (RDMA WRITE)
+    ``r_key``       32                     RETH R_Key (RDMA WRITE)
+    ``length``      32                     message length in bytes, 0 to 2**31
+    ``imm``         32                     ImmDt (the ``*_WITH_IMM`` opcodes), big-endian on
+                                           the wire like ``ibv_send_wr.imm_data``
+    ``signaled``    1                      carried for the completion queue of a later issue
+                                           (unused now)
+    ``solicited``   1                      SE on the last packet (SEND* and WRITE_WITH_IMM)
+    ==============  =====================  ====================================================
+    """
+    config = _config(config)
+    return data.StructLayout({
+        "wr_id": 64,
+        "opcode": 4,
+        "qp": qp_index_width(config.n_qp),
+        "remote_addr": 64,
+        "r_key": 32,
+        "length": 32,
+        "imm": 32,
+        "signaled": 1,
+        "solicited": 1,
+    })
+
+
+def status_layout(config):
+    """Payload of the status stream: ``{wr_id 64, qp, status 5}``, ``status`` a
+    :class:`WcStatus`."""
+    config = _config(config)
+    return data.StructLayout({
+        "wr_id": 64,
+        "qp": qp_index_width(config.n_qp),
+        "status": 5,
+    })
