@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""``python -m sim.guest build [--force] [--dir DIR]``: build the soft-RoCE guest image (cached);
+``python -m sim.guest key``: print the cache key of the current inputs."""
+
+import argparse
+import sys
+
+from .builder import DEFAULT_BUILD_DIR, GuestBuildError, build_image, image_key
+
+__all__ = ["main"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m sim.guest",
+                                 description="Build the Linux soft-RoCE (rdma_rxe) guest image "
+                                             "from Debian packages fetched with apt-get.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the image, or reuse the cached one if its inputs "
+                                     "did not change")
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    b.add_argument("--dir", default=str(DEFAULT_BUILD_DIR),
+                   help="cache directory (default: %(default)s)")
+    sub.add_parser("key", help="print the hash of the image inputs")
+    args = ap.parse_args(argv)
+    if args.command == "key":
+        print(image_key())
+        return 0
+    try:
+        img = build_image(args.dir, force=args.force)
+    except GuestBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"kernel {img.kernel}\ninitrd {img.initrd}\nkey {img.key} "
+          f"({img.info['kernel']}, {img.info['initrd_bytes'] / 1e6:.0f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
