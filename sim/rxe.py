@@ -1,0 +1,644 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Does real Linux RDMA accept what the engine sends? Simulated engine -> Linux soft-RoCE (rxe).
+
+Run from the repository root::
+
+    python -m sim.rxe --width 64 --seed 1 --messages 20
+    python -m sim.rxe --width 512 --seed 7 --messages 100 --qps 4 --pmtu 1024 --pcap build/rxe.pcap
+    python -m sim.rxe --width 64 --seed 1 --messages 8 --corrupt 3     # must fail: exit 1
+
+Boots the guest of :mod:`sim.guest` (built on first use and cached under ``build/rxe-guest/``)
+in QEMU, creates one RC QP per engine QP in rxe (an MR for the RDMA WRITEs, receive buffers for
+the SENDs and WRITE_IMMs), writes the engine's QP contexts to match through its management port,
+then simulates the engine (Amaranth) on seeded random WRITE / WRITE_IMM / SEND / SEND_IMM
+traffic: lengths 0 to 3 PMTU + 5 with the edge cases (0, 1, PMTU +- 1, multiples of the PMTU,
+odd lengths), PSNs starting just below 0xFFFFFF so that they wrap, and by default five QPs with
+one PMTU each from 256 to 4096. Every frame goes to rxe the cycle it leaves the engine; rxe's
+ACK/NAK frames are collected (the engine has no receive path yet). Per QP it reports messages,
+frames, ACKs, NAKs and whether rxe's memory holds the WRITE bytes and its receive completions
+carry the intended lengths, immediates and data. A message *passes* when all its frames reached
+rxe unaltered, rxe ACKed its last PSN, and its data (memory and/or completion) is exact.
+
+``--scenario FILE`` takes the QPs and WRs of a :mod:`sim.traffic` scenario file (their remote
+QPN/MAC/IP and the WRITE addresses and R_Keys are replaced by the guest's; the fields may be
+omitted). ``--corrupt K`` flips one payload bit of frame K (0-based, in transmit order; the next
+frame with payload if K has none): rxe must drop it, NAK the next frame's PSN gap, and the tool
+must report the failure. The last line is ``N passed, M failed``; the exit status is 0 when all
+messages passed and rxe sent no NAK, 1 otherwise, 2 for usage or set-up errors (QEMU or apt
+missing, the guest does not boot).
+"""
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roce_hw import proto
+from roce_hw.config import DATA_WIDTHS, EngineConfig
+
+from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS, QPSetup, WorkItem
+
+__all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "Message", "QPResult",
+           "RxeRun", "random_messages", "plan_frames", "setup_guest", "simulate", "verify",
+           "run_rxe", "corrupt_hook", "main"]
+
+PMTUS = (256, 512, 1024, 2048, 4096)
+ENGINE_MAC = "02:00:00:00:00:01"
+ENGINE_IP = "10.0.0.1"
+GUEST_MAC = "02:00:00:00:00:02"
+GUEST_IP = "10.0.0.2"
+#: Filler of the guest MRs: bytes no WRITE targeted must still hold it afterwards.
+MR_FILL = 0xA5
+
+W = proto.WrOpcode
+_RECV_OPS = (W.SEND, W.SEND_WITH_IMM, W.RDMA_WRITE_WITH_IMM)
+_WRITE_OPS = (W.RDMA_WRITE, W.RDMA_WRITE_WITH_IMM)
+_IMM_OPS = (W.SEND_WITH_IMM, W.RDMA_WRITE_WITH_IMM)
+
+
+def _mac_int(text):
+    return int(text.replace(":", ""), 16)
+
+
+@dataclass
+class Message:
+    """One WR of the run and what the tool learnt about it."""
+    index: int
+    qp: int
+    opcode: proto.WrOpcode
+    payload: bytes
+    imm: int = 0
+    solicited: bool = False
+    offset: int = 0            #: WRITE: where in the guest MR
+    recv_seq: int = 0          #: SEND*/WRITE_IMM: which receive of its QP (1-based)
+    first_psn: int = 0
+    packets: int = 1
+    frames: int = 0            #: frames delivered to rxe
+    altered: bool = False      #: a frame was altered or dropped on the way (hooks)
+    acked: bool = False
+    naked: bool = False
+    problems: list = field(default_factory=list)
+
+    @property
+    def last_psn(self):
+        return (self.first_psn + self.packets - 1) & proto.PSN_MASK
+
+    @property
+    def passed(self):
+        return not self.problems
+
+
+@dataclass
+class QPResult:
+    """Per-QP summary."""
+    index: int
+    guest_qpn: int
+    pmtu: int
+    start_psn: int
+    messages: int = 0
+    frames: int = 0
+    acks: int = 0
+    naks: int = 0
+    nak_list: list = field(default_factory=list)   #: (syndrome, PSN)
+    memory_ok: bool = True        #: every WRITE target exact
+    untouched_ok: bool = True     #: the rest of the MR unchanged
+    completions_ok: bool = True
+    state: str = ""
+    passed: int = 0
+    failed: int = 0
+
+
+@dataclass
+class RxeRun:
+    """Everything one run produced."""
+    width: int
+    messages: list
+    qps: list
+    counters: dict
+    cycles: int = 0
+    frames: int = 0
+    refused: list = field(default_factory=list)
+    unanswered: int = 0
+    sim_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    corrupted: tuple | None = None     #: (frame index, guest QPN, PSN) of --corrupt
+    bridge: object = None
+
+    @property
+    def passed(self):
+        return sum(m.passed for m in self.messages)
+
+    @property
+    def failed(self):
+        return len(self.messages) - self.passed
+
+    @property
+    def naks(self):
+        return sum(q.naks for q in self.qps)
+
+    @property
+    def ok(self):
+        return self.failed == 0 and self.naks == 0 and all(
+            q.untouched_ok for q in self.qps) and not self.refused
+
+
+# -- workload --------------------------------------------------------------------------------
+def _length(rng, pmtu):
+    top = 3 * pmtu + 5
+    r = rng.random()
+    if r < 0.55:
+        return rng.choice([0, 1, 2, 3, pmtu - 1, pmtu, pmtu + 1, 2 * pmtu - 1, 2 * pmtu,
+                           2 * pmtu + 1, 3 * pmtu - 1, 3 * pmtu, top])
+    if r < 0.8:
+        return rng.randrange(1, top + 1, 2)        # odd
+    return rng.randint(0, top)
+
+
+def random_messages(*, seed, messages, qps, pmtu=None, ops=tuple(OPS)):
+    """Seeded QPs (``QPSetup`` without the remote fields yet) and messages: QP i has PMTU
+    ``pmtu`` or, by default, ``PMTUS[i % 5]``; start PSNs 0xFFFFF8-0xFFFFFF (they wrap)."""
+    rng = random.Random(seed)
+    setups = [QPSetup(index=i, remote_qpn=0, remote_mac=0, remote_ip=0,
+                      udp_sport=0xC000 | rng.randrange(1 << 14),
+                      start_psn=proto.PSN_MASK - rng.randrange(8),
+                      pmtu=pmtu or PMTUS[i % len(PMTUS)]) for i in range(qps)]
+    msgs = []
+    for n in range(messages):
+        q = rng.randrange(qps) if n >= qps else n      # every QP gets traffic
+        op = OPS[ops[n % len(ops)] if n < len(ops) else rng.choice(ops)]
+        size = _length(rng, setups[q].pmtu)
+        msgs.append(Message(index=n, qp=q, opcode=op, payload=rng.randbytes(size),
+                            imm=rng.getrandbits(32), solicited=rng.random() < 0.25))
+    return setups, msgs
+
+
+def plan_frames(setups, msgs):
+    """Fill in each message's PSNs and packet count; returns the frames in transmit order as
+    ``(message, PSN, payload bytes)``."""
+    by_index = {q.index: q for q in setups}
+    psn = {q.index: q.start_psn for q in setups}
+    plan = []
+    for m in msgs:
+        pmtu = by_index[m.qp].pmtu
+        m.packets = max(1, -(-len(m.payload) // pmtu))
+        m.first_psn = psn[m.qp]
+        for k in range(m.packets):
+            plan.append((m, (m.first_psn + k) & proto.PSN_MASK,
+                         len(m.payload[k * pmtu:(k + 1) * pmtu])))
+        psn[m.qp] = (psn[m.qp] + m.packets) & proto.PSN_MASK
+    return plan
+
+
+# -- guest -----------------------------------------------------------------------------------
+def setup_guest(vm, setups, msgs):
+    """Create and connect one guest QP per engine QP; sets ``remote_qpn/mac/ip`` of each
+    ``QPSetup`` and the WRITE offsets / receive numbers of the messages. Returns
+    ``{qp index: guest QP description}``."""
+    guest = {}
+    for q in setups:
+        mine = [m for m in msgs if m.qp == q.index]
+        off = 0
+        for m in mine:
+            if m.opcode in _WRITE_OPS:
+                m.offset = off
+                off += (len(m.payload) + 63) // 64 * 64 + 64
+        nrecv = 0
+        for m in mine:
+            if m.opcode in _RECV_OPS:
+                nrecv += 1
+                m.recv_seq = nrecv
+        recv_size = max([len(m.payload) for m in mine if m.opcode in _RECV_OPS] + [64])
+        d = vm.call("create_qp", mr_size=max(off, 64), recv_count=max(nrecv, 1),
+                    recv_size=recv_size, fill=MR_FILL)
+        vm.call("connect", handle=d["handle"], remote_qpn=proto.LOCAL_QPN_BASE + q.index,
+                remote_ip=ENGINE_IP, rq_psn=q.start_psn, pmtu=q.pmtu)
+        q.remote_qpn = d["qpn"]
+        q.remote_mac = _mac_int(d["mac"])
+        q.remote_ip = int(ipaddress.IPv4Address(d["ip"]))
+        guest[q.index] = d
+    return guest
+
+
+def corrupt_hook(target):
+    """A ``to_guest_hook`` flipping bit 0 of the middle payload byte of frame ``target``."""
+    from sim.vm import parse_roce
+
+    def hook(frame, index):
+        if index != target:
+            return frame
+        info = parse_roce(frame)
+        end = len(frame) - 4 - info.pad
+        pos = (info.header_len + end) // 2
+        out = bytearray(frame)
+        out[pos] ^= 0x01
+        return bytes(out)
+    return hook
+
+
+# -- simulation ------------------------------------------------------------------------------
+def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycles=None):
+    """Simulate the engine on ``msgs`` with every frame going through ``bridge``; returns
+    ``(cycles, refused WR statuses)``."""
+    from amaranth.sim import Simulator
+    try:
+        from roce_hw import TxEngine
+    except ImportError:                                   # pragma: no cover - older tree
+        from roce_hw.tx_engine import TxEngine
+    config = EngineConfig(data_width=width, n_qp=max(16, len(setups)))
+    dut = TxEngine(config)
+    nbytes = width // 8
+    state = {"setup": False, "posted": False, "payload": False, "out": False, "cycle": [0]}
+    refused = []
+    if max_cycles is None:
+        total = sum(len(m.payload) for m in msgs)
+        max_cycles = 5000 + 4 * (total // nbytes + n_expected * (128 // nbytes + 4))
+
+    async def setup_and_post(ctx):
+        ctx.set(dut.local_mac, _mac_int(ENGINE_MAC))
+        ctx.set(dut.local_ip, int(ipaddress.IPv4Address(ENGINE_IP)))
+        for q in setups:
+            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": {
+                "state": int(proto.QPState.RTS), "remote_qpn": q.remote_qpn,
+                "remote_mac": q.remote_mac, "remote_ip": q.remote_ip,
+                "udp_sport": q.udp_sport, "dscp": q.dscp, "ecn": q.ecn, "p_key": q.p_key,
+                "migreq": q.migreq, "pmtu": int(proto.pmtu_code(q.pmtu)),
+                "next_psn": q.start_psn, "una_psn": q.start_psn}})
+            ctx.set(dut.qp_mgmt_req.valid, 1)
+            await ctx.tick().until(dut.qp_mgmt_req.ready)
+            ctx.set(dut.qp_mgmt_req.valid, 0)
+            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            (rsp,) = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(
+                dut.qp_mgmt_rsp.valid)
+            ctx.set(dut.qp_mgmt_rsp.ready, 0)
+            if rsp.error:
+                raise RuntimeError(f"QP {q.index}: the management port refused the context")
+        state["setup"] = True
+        for m in msgs:
+            target = bridge.guest_qps[m.qp]
+            write = m.opcode in _WRITE_OPS
+            ctx.set(dut.wr.payload, {
+                "wr_id": m.index + 1, "opcode": int(m.opcode), "qp": m.qp,
+                "remote_addr": target["addr"] + m.offset if write else 0,
+                "r_key": target["rkey"] if write else 0, "length": len(m.payload),
+                "imm": m.imm, "signaled": 1, "solicited": int(m.solicited)})
+            ctx.set(dut.wr.valid, 1)
+            await ctx.tick().until(dut.wr.ready)
+            ctx.set(dut.wr.valid, 0)
+        state["posted"] = True
+
+    async def payload(ctx):
+        while not state["setup"]:
+            await ctx.tick()
+        for m in msgs:
+            data = m.payload
+            for pos in range(0, len(data), nbytes):
+                chunk = data[pos:pos + nbytes]
+                ctx.set(dut.i.payload, {"data": int.from_bytes(chunk, "little"),
+                                        "keep": (1 << len(chunk)) - 1, "first": int(pos == 0),
+                                        "last": int(pos + nbytes >= len(data))})
+                ctx.set(dut.i.valid, 1)
+                await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+        state["payload"] = True
+
+    def out_done():
+        return state["posted"] and state["payload"] and \
+            bridge.frames_out + bridge.aborted >= n_expected - state.get("refused_frames", 0)
+
+    async def output(ctx):
+        bridge.aborted = 0
+        await bridge.drive_output(ctx, dut.o, nbytes, done=out_done, cycle=state["cycle"])
+        state["out"] = True
+
+    async def status(ctx):
+        ctx.set(dut.status.ready, 1)
+        async for _, _, valid, p in ctx.tick().sample(dut.status.valid, dut.status.payload):
+            if valid:
+                refused.append({"wr_id": int(p.wr_id), "qp": int(p.qp),
+                                "status": int(p.status)})
+                m = msgs[int(p.wr_id) - 1]
+                state["refused_frames"] = state.get("refused_frames", 0) + m.packets
+
+    sim = Simulator(dut)
+    period = 1e-8
+    sim.add_clock(period)
+    sim.add_testbench(setup_and_post)
+    sim.add_testbench(payload)
+    sim.add_testbench(output)
+    sim.add_process(status)
+    now, last_report = 0, time.monotonic()
+    while not state["out"] and now < max_cycles:
+        now += 512
+        sim.run_until(period * (now + 0.5))
+        if progress is not None and time.monotonic() - last_report > 5:
+            last_report = time.monotonic()
+            progress(f"  cycle {state['cycle'][0]}: {bridge.frames_out}/{n_expected} frames "
+                     f"to rxe, {len(bridge.replies)} replies")
+    if not state["out"]:
+        refused.append({"wr_id": 0, "qp": -1, "status": -1,
+                        "error": f"simulation stopped at the {max_cycles}-cycle limit with "
+                                 f"{bridge.frames_out}/{n_expected} frames sent"})
+    bridge.flush(state["cycle"][0])
+    return state["cycle"][0], refused
+
+
+# -- verification ----------------------------------------------------------------------------
+def _psn_in(psn, first, count):
+    return ((psn - first) & proto.PSN_MASK) < count
+
+
+def verify(vm, bridge, setups, msgs, guest):
+    """Check every message against what rxe reports; returns the list of :class:`QPResult`."""
+    from sim.vm import parse_roce
+    results = []
+    # What went to rxe, per guest QP and PSN.
+    sent = {}
+    for c in bridge.capture:
+        if c.direction != "to_guest":
+            continue
+        info = parse_roce(c.data)
+        if info is None:
+            continue
+        rec = sent.setdefault((info.dest_qp, info.psn), [0, False])
+        if c.note != "dropped":
+            rec[0] += 1
+        rec[1] |= bool(c.note)
+    for q in setups:
+        g = guest[q.index]
+        engine_qpn = proto.LOCAL_QPN_BASE + q.index
+        mine = [m for m in msgs if m.qp == q.index]
+        r = QPResult(index=q.index, guest_qpn=g["qpn"], pmtu=q.pmtu, start_psn=q.start_psn,
+                     messages=len(mine))
+        acks = []
+        for _, info, _ in bridge.replies:
+            if info.dest_qp != engine_qpn or not info.is_ack:
+                continue
+            if info.is_nak:
+                r.naks += 1
+                r.nak_list.append((info.syndrome, info.psn))
+            else:
+                r.acks += 1
+                acks.append(info.psn)
+        for m in mine:
+            for k in range(m.packets):
+                n, altered = sent.get((g["qpn"], (m.first_psn + k) & proto.PSN_MASK), (0, False))
+                m.frames += n
+                m.altered |= altered
+            r.frames += m.frames
+            m.acked = any(((a - m.last_psn) & proto.PSN_MASK) < (1 << 23) for a in acks)
+            m.naked = any(_psn_in(p, m.first_psn, m.packets) for _, p in r.nak_list)
+            if m.frames < m.packets:
+                m.problems.append(f"{m.packets - m.frames} of {m.packets} frames not sent")
+            if m.altered:
+                m.problems.append("a frame was altered on the way (--corrupt)")
+            if not m.acked:
+                m.problems.append("rxe did not ACK its last PSN")
+            if m.naked:
+                m.problems.append("rxe NAKed one of its PSNs")
+        # Memory: each WRITE target, then the whole MR against the expected image.
+        writes = [m for m in mine if m.opcode in _WRITE_OPS]
+        image = bytearray([MR_FILL]) * g["mr_size"]
+        for m in writes:
+            image[m.offset:m.offset + len(m.payload)] = m.payload
+        if writes:
+            hashes = vm.call("mem_hash", handle=g["handle"],
+                             ranges=[[m.offset, len(m.payload)] for m in writes])
+            for m, h in zip(writes, hashes):
+                if h != hashlib.sha256(m.payload).hexdigest():
+                    m.problems.append("guest memory differs from the WRITE payload")
+                    r.memory_ok = False
+        whole = vm.call("mem_hash", handle=g["handle"], ranges=[[0, g["mr_size"]]])[0]
+        r.untouched_ok = whole == hashlib.sha256(bytes(image)).hexdigest() or not r.memory_ok
+        # Receive completions, in the order the receives were posted.
+        recvs = [m for m in mine if m.opcode in _RECV_OPS]
+        wcs = vm.call("poll", handle=g["handle"], max=len(recvs) + 16,
+                      timeout_ms=1000 if recvs else 0, count=len(recvs)) if recvs else \
+            vm.call("poll", handle=g["handle"], max=16)
+        by_id = {wc["wr_id"]: wc for wc in wcs if wc["opcode"].startswith("RECV")}
+        for m in recvs:
+            wc = by_id.get(m.recv_seq)
+            why = None
+            want_op = "RECV_RDMA_WITH_IMM" if m.opcode == W.RDMA_WRITE_WITH_IMM else "RECV"
+            if wc is None:
+                why = "no receive completion"
+            elif wc["status"] != 0:
+                why = f"receive completion with status {wc['status']}"
+            elif wc["opcode"] != want_op:
+                why = f"completion opcode {wc['opcode']}, expected {want_op}"
+            elif wc["byte_len"] != len(m.payload):
+                why = f"completion byte_len {wc['byte_len']}, expected {len(m.payload)}"
+            elif m.opcode in _IMM_OPS and wc.get("imm") != m.imm:
+                why = f"completion immediate {wc.get('imm')}, expected {m.imm:#x}"
+            elif m.opcode not in _IMM_OPS and "imm" in wc:
+                why = "completion carries an immediate the WR did not have"
+            elif want_op == "RECV" and wc.get("data_sha256") != \
+                    hashlib.sha256(m.payload).hexdigest():
+                why = "received data differs from the SEND payload"
+            if why:
+                m.problems.append(why)
+                r.completions_ok = False
+        extra = [wc for wc in wcs if wc["opcode"].startswith("RECV")
+                 and wc["wr_id"] not in {m.recv_seq for m in recvs}]
+        if extra:
+            r.completions_ok = False
+        r.state = vm.call("query_qp", handle=g["handle"])["state"]
+        r.passed = sum(m.passed for m in mine)
+        r.failed = len(mine) - r.passed
+        results.append(r)
+    return results
+
+
+# -- one run ---------------------------------------------------------------------------------
+def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progress=None):
+    """Run ``msgs`` on the engine at ``width`` bits into the booted ``vm``; returns an
+    :class:`RxeRun`. The guest QPs are destroyed afterwards (the VM can be reused)."""
+    from sim.vm import RxeBridge
+    plan = plan_frames(setups, msgs)
+    corrupted = None
+    hook = None
+    if corrupt is not None:
+        if not 0 <= corrupt < len(plan):
+            raise ValueError(f"--corrupt {corrupt}: the run has {len(plan)} frames "
+                             f"(0 to {len(plan) - 1})")
+        target = next((k for k in range(corrupt, len(plan)) if plan[k][2] > 0), None)
+        if target is None:
+            raise ValueError(f"--corrupt {corrupt}: no frame from {corrupt} on has payload")
+        hook = corrupt_hook(target)
+        corrupted = [target, None, plan[target][1]]
+    counters0 = vm.call("counters")
+    guest = setup_guest(vm, setups, msgs)
+    try:
+        bridge = RxeBridge(vm, reply_timeout=reply_timeout, to_guest_hook=hook)
+        bridge.guest_qps = guest
+        for q in setups:
+            bridge.pair(guest[q.index]["qpn"], proto.LOCAL_QPN_BASE + q.index)
+        vm.drain_frames()
+        t0 = time.monotonic()
+        cycles, refused = simulate(width, setups, msgs, bridge, n_expected=len(plan),
+                                   progress=progress)
+        sim_seconds = time.monotonic() - t0
+        results = verify(vm, bridge, setups, msgs, guest)
+        counters1 = vm.call("counters")
+    finally:
+        for d in guest.values():
+            try:
+                vm.call("destroy_qp", handle=d["handle"])
+            except Exception:       # the report matters more than the clean-up
+                pass
+    if corrupted is not None:
+        corrupted[1] = guest[plan[corrupted[0]][0].qp]["qpn"]
+        corrupted = tuple(corrupted)
+    delta = {k: counters1[k] - counters0.get(k, 0) for k in counters1
+             if isinstance(counters1[k], int) and counters1[k] != counters0.get(k, 0)}
+    return RxeRun(width=width, messages=msgs, qps=results, counters=delta, cycles=cycles,
+                  frames=bridge.frames_out, refused=refused, unanswered=len(bridge.unanswered),
+                  sim_seconds=sim_seconds, wait_seconds=bridge.wait_seconds,
+                  corrupted=corrupted, bridge=bridge)
+
+
+def report(run, out=sys.stdout):
+    """Print the per-QP table, the failures and the last line ``N passed, M failed``."""
+    p = lambda *a: print(*a, file=out)   # noqa: E731
+    p(f"{'QP':>3} {'rxe QPN':>7} {'PMTU':>5} {'start PSN':>9} {'msgs':>5} {'frames':>6} "
+      f"{'ACKs':>5} {'NAKs':>5} {'memory':>7} {'recv WCs':>8} {'state':>5} {'pass':>5} "
+      f"{'fail':>5}")
+    for q in run.qps:
+        mem = "ok" if q.memory_ok and q.untouched_ok else "BAD"
+        p(f"{q.index:>3} {q.guest_qpn:>7} {q.pmtu:>5} {q.start_psn:>#9x} {q.messages:>5} "
+          f"{q.frames:>6} {q.acks:>5} {q.naks:>5} {mem:>7} "
+          f"{'ok' if q.completions_ok else 'BAD':>8} {q.state:>5} {q.passed:>5} {q.failed:>5}")
+        for syn, psn in q.nak_list:
+            p(f"    NAK syndrome {syn:#04x} PSN {psn:#08x}")
+        if not q.untouched_ok:
+            p("    MR bytes outside the WRITE targets changed")
+    if run.corrupted:
+        k, qpn, psn = run.corrupted
+        p(f"corrupted frame {k} (rxe QPN {qpn}, PSN {psn:#08x}): one payload bit flipped")
+    for r in run.refused:
+        p(f"engine refused WR {r['wr_id']} (QP {r['qp']}): status {r['status']} "
+          f"{r.get('error', '')}".rstrip())
+    for m in run.messages:
+        if m.problems:
+            p(f"FAIL message {m.index} QP {m.qp} {OP_NAMES[m.opcode]} {len(m.payload)} B "
+              f"PSN {m.first_psn:#08x}+{m.packets}: {'; '.join(m.problems)}")
+    if run.counters:
+        p("rxe counters: " + ", ".join(f"{k} +{v}" for k, v in sorted(run.counters.items())))
+    p(f"{run.frames} frames in {run.cycles} cycles at {run.width} bits; simulation "
+      f"{run.sim_seconds:.1f} s of which {run.wait_seconds:.1f} s waiting for rxe; "
+      f"{run.unanswered} AckReq frames unanswered")
+    p(f"{run.passed} passed, {run.failed} failed")
+
+
+def _scenario(path):
+    """QPs and messages of a :mod:`sim.traffic` scenario (remote fields optional)."""
+    from sim.traffic import load_scenario
+    try:
+        doc = json.loads(Path(path).read_text())
+        for q in doc.get("qps", []):
+            q.setdefault("remote_qpn", 1)
+            q.setdefault("remote_mac", GUEST_MAC)
+            q.setdefault("remote_ip", GUEST_IP)
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"cannot read scenario {path}: {e}") from None
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(doc, f)
+    try:
+        settings, setups, wrs = load_scenario(f.name)
+    finally:
+        Path(f.name).unlink()
+    msgs = [Message(index=n, qp=w.qp, opcode=w.opcode, payload=w.payload, imm=w.imm,
+                    solicited=w.solicited) for n, w in enumerate(wrs)]
+    return settings, setups, msgs
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m sim.rxe", description=__doc__.split("\n\n")[0],
+        epilog="Exit status: 0 all messages delivered exactly, 1 a failure, 2 usage or set-up "
+               "error. The guest image is built on first use (apt-get download; cached in "
+               "build/rxe-guest/).")
+    ap.add_argument("--width", type=int, default=64,
+                    help=f"engine bus width in bits, one of {', '.join(map(str, DATA_WIDTHS))} "
+                         f"(default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    ap.add_argument("--messages", type=int, default=20,
+                    help="number of random messages (default: %(default)s)")
+    ap.add_argument("--qps", type=int, default=5,
+                    help="number of QPs, 1 to 16 (default: %(default)s)")
+    ap.add_argument("--pmtu", type=int, choices=PMTUS, default=None,
+                    help="PMTU of every QP in bytes (default: QP i uses "
+                         "256/512/1024/2048/4096[i mod 5])")
+    ap.add_argument("--scenario", metavar="FILE", default=None,
+                    help="take QPs and WRs from a sim.traffic scenario JSON instead of random "
+                         "traffic (default: none)")
+    ap.add_argument("--pcap", metavar="OUT", default=None,
+                    help="write both directions (engine -> rxe, rxe -> engine) to this pcap "
+                         "(default: none)")
+    ap.add_argument("--corrupt", metavar="K", type=int, default=None,
+                    help="flip one payload bit of frame K (0-based; default: no corruption)")
+    ap.add_argument("--reply-timeout", type=float, default=2.0,
+                    help="seconds to wait for rxe to answer an AckReq frame (default: "
+                         "%(default)s)")
+    ap.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    args = ap.parse_args(argv)
+    if args.width not in DATA_WIDTHS:
+        ap.error(f"--width {args.width} is not supported; choose one of "
+                 f"{', '.join(map(str, DATA_WIDTHS))}")
+    if not 1 <= args.qps <= 16:
+        ap.error("--qps must be 1 to 16")
+    if args.messages < 1:
+        ap.error("--messages must be at least 1")
+    if args.reply_timeout <= 0:
+        ap.error("--reply-timeout must be positive")
+    log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr,
+                                                                   flush=True))
+    if args.scenario:
+        try:
+            settings, setups, msgs = _scenario(args.scenario)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if len(setups) > 16:
+            print("error: the scenario has more than 16 QPs", file=sys.stderr)
+            return 2
+    else:
+        setups, msgs = random_messages(seed=args.seed, messages=args.messages, qps=args.qps,
+                                       pmtu=args.pmtu)
+    if args.corrupt is not None:
+        n = len(plan_frames(setups, msgs))
+        if not 0 <= args.corrupt < n:
+            print(f"error: --corrupt {args.corrupt}: the run has {n} frames (0 to {n - 1})",
+                  file=sys.stderr)
+            return 2
+
+    from sim.guest import GuestBuildError
+    from sim.vm import RxeVM, VMError
+    try:
+        with RxeVM(log=log) as vm:
+            log(f"{len(msgs)} messages on {len(setups)} QPs at {args.width} bits")
+            try:
+                run = run_rxe(vm, args.width, setups, msgs, corrupt=args.corrupt,
+                              reply_timeout=args.reply_timeout, progress=log)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+    except (GuestBuildError, VMError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.pcap:
+        from sim.pcap import write_pcap
+        Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
+        write_pcap(args.pcap, run.bridge.pcap_frames(CLOCK_MHZ[args.width]), nanoseconds=True)
+        log(f"wrote {len(run.bridge.capture)} frames to {args.pcap}")
+    report(run)
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
