@@ -24,7 +24,7 @@ __all__ = [
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "WrOpcode", "CmReq", "CmAck",
+    "QPState", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
@@ -435,6 +435,17 @@ class WrOpcode(enum.IntEnum):
     SEND = 2
     SEND_WITH_IMM = 3
     RDMA_READ = 4
+
+
+#: ``WrOpcode -> (FIRST, MIDDLE, LAST, ONLY)``: the low 5 bits of the BTH opcodes of a message of
+#: that operation (IBTA Table 38; OR the :class:`Transport` for the full opcode). The requester
+#: sends ONLY for a one-packet message, else FIRST, MIDDLE..., LAST (rxe ``next_opcode_rc``).
+WR_OPCODE_SEQUENCE = {
+    WrOpcode.SEND: (0x00, 0x01, 0x02, 0x04),
+    WrOpcode.SEND_WITH_IMM: (0x00, 0x01, 0x03, 0x05),
+    WrOpcode.RDMA_WRITE: (0x06, 0x07, 0x08, 0x0A),
+    WrOpcode.RDMA_WRITE_WITH_IMM: (0x06, 0x07, 0x09, 0x0B),
+}
 
 
 # --- UDP connection manager (PROTOCOL.md §7) -------------------------------------------------

@@ -10,7 +10,13 @@ from .config import EngineConfig
 from .proto import WrOpcode
 from .qp_state import qp_index_width
 
-__all__ = ["WrOpcode", "WcStatus", "wr_layout", "status_layout"]
+__all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout",
+           "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
+
+#: Largest message a work request may ask for (RoCEv2: 2**31 bytes).
+MAX_MESSAGE_BYTES = 1 << 31
+#: Width of a packet index within a message (2**31 bytes at the smallest PMTU, 256 bytes).
+START_PACKET_BITS = 23
 
 
 class WcStatus(enum.IntEnum):
@@ -78,6 +84,25 @@ def wr_layout(config):
         "signaled": 1,
         "solicited": 1,
     })
+
+
+def resume_layout(config):
+    """Payload of a resume request (go-back-N restart of a message part-way, PROTOCOL.md §5.10):
+    the fields of :func:`wr_layout` describing the **whole** original message (``length`` is
+    the message length, ``remote_addr`` its start VA), plus
+
+    ===============  ==  ========================================================================
+    ``start_packet`` 23  index of the first packet to send again (0 restarts the message whole)
+    ``start_psn``    24  its PSN
+    ===============  ==  ========================================================================
+
+    The packets from ``start_packet`` on go out as rxe sends them: MIDDLE/LAST without a RETH
+    (FIRST/ONLY with the RETH when ``start_packet`` is 0), PSNs from ``start_psn``; the payload
+    packet on ``i`` holds the message bytes from ``start_packet * PMTU`` to its end.
+    """
+    fields = {name: fld.shape for name, fld in wr_layout(config)}
+    fields.update({"start_packet": START_PACKET_BITS, "start_psn": 24})
+    return data.StructLayout(fields)
 
 
 def status_layout(config):

@@ -21,19 +21,13 @@ Rules (Linux rxe ``next_opcode_rc``/``init_req_packet``, verified on the golden 
 
 from dataclasses import dataclass
 
-from ..proto import Opcode, PMTU_BYTES, PSN_MASK, Transport, WrOpcode
+from ..proto import Opcode, PMTU_BYTES, PSN_MASK, Transport, WR_OPCODE_SEQUENCE, WrOpcode
 
 __all__ = ["PacketSpec", "segment_message", "message_opcodes", "packet_count"]
 
 _VALID_PMTU = tuple(sorted(PMTU_BYTES.values()))
 
-# WrOpcode -> (FIRST, MIDDLE, LAST, ONLY) low 5 opcode bits (IBTA Table 38)
-_SEQ = {
-    WrOpcode.SEND: (0x00, 0x01, 0x02, 0x04),
-    WrOpcode.SEND_WITH_IMM: (0x00, 0x01, 0x03, 0x05),
-    WrOpcode.RDMA_WRITE: (0x06, 0x07, 0x08, 0x0A),
-    WrOpcode.RDMA_WRITE_WITH_IMM: (0x06, 0x07, 0x09, 0x0B),
-}
+_SEQ = WR_OPCODE_SEQUENCE
 
 
 @dataclass(frozen=True)
@@ -126,8 +120,15 @@ def message_opcodes(wr_opcode, length, pmtu, transport=Transport.RC):
 
 
 def segment_message(wr_opcode, payload, *, pmtu, start_psn, remote_addr=0, r_key=0, imm=0,
-                    solicited=False, ack_req_every=64, transport=Transport.RC):
+                    solicited=False, ack_req_every=64, transport=Transport.RC, start_packet=0):
     """Split one work request into its packets.
+
+    With ``start_packet`` = ``j`` > 0 the message is *resumed* (go-back-N, PROTOCOL.md §5.10):
+    only packets ``j`` .. end are returned, as rxe's ``retry_first_write_send`` sends them:
+    the opcodes the full message has at those positions (MIDDLE/LAST, never a new RETH), the
+    payload from byte ``j * pmtu`` on, and PSNs consecutive from ``start_psn`` (the PSN of
+    packet ``j``). The AckReq count restarts at the resume point: packet ``i`` requests an
+    ACK when it is the last or when ``(i - j + 1) % ack_req_every == 0``.
 
     Parameters
     ----------
@@ -138,7 +139,7 @@ def segment_message(wr_opcode, payload, *, pmtu, start_psn, remote_addr=0, r_key
     pmtu : int
         Path MTU in payload bytes: 256, 512, 1024, 2048 or 4096.
     start_psn : int
-        PSN of the first packet (24 bits).
+        PSN of the first packet returned (24 bits).
     remote_addr, r_key : int
         RETH VA (64 bits) and R_Key (32 bits) for RDMA WRITEs.
     imm : int
@@ -149,6 +150,8 @@ def segment_message(wr_opcode, payload, *, pmtu, start_psn, remote_addr=0, r_key
         Also set AckReq on packet ``i`` when ``(i + 1) % ack_req_every == 0`` (RC only; >= 1).
     transport : proto.Transport
         ``RC`` or ``UC``.
+    start_packet : int
+        Index of the first packet to return (0: the whole message; see above).
 
     Returns
     -------
@@ -158,7 +161,8 @@ def segment_message(wr_opcode, payload, *, pmtu, start_psn, remote_addr=0, r_key
     ------
     ValueError
         Unsupported operation (RDMA_READ or unknown), bad PMTU, PSN, transport, key, address,
-        immediate or ``ack_req_every``; a message longer than 2**31 bytes.
+        immediate or ``ack_req_every``; a message longer than 2**31 bytes; ``start_packet``
+        not below the message's packet count.
     """
     wr = _check_wr(wr_opcode)
     t = _check_transport(transport)
@@ -182,20 +186,26 @@ def segment_message(wr_opcode, payload, *, pmtu, start_psn, remote_addr=0, r_key
     se_capable = wr != WrOpcode.RDMA_WRITE
     opcodes = message_opcodes(wr, len(payload), pmtu, t)
     n = len(opcodes)
+    if isinstance(start_packet, bool) or not isinstance(start_packet, int) or \
+            not 0 <= start_packet < n:
+        raise ValueError(f"start_packet = {start_packet!r} is not a packet index of this "
+                         f"{n}-packet message")
     out = []
     for i, op in enumerate(opcodes):
+        if i < start_packet:
+            continue
         last = i == n - 1
         chunk = payload[i * pmtu:(i + 1) * pmtu]
         reth = None
         if is_write and i == 0:
             reth = {"va": int(remote_addr), "r_key": int(r_key), "dma_length": len(payload)}
         if t == Transport.RC:
-            ack = last or (i + 1) % int(ack_req_every) == 0
+            ack = last or (i - start_packet + 1) % int(ack_req_every) == 0
         else:
             ack = False
         out.append(PacketSpec(
             opcode=op,
-            psn=(int(start_psn) + i) & PSN_MASK,
+            psn=(int(start_psn) + i - start_packet) & PSN_MASK,
             ack_req=bool(ack),
             se=bool(last and solicited and se_capable),
             payload=chunk,

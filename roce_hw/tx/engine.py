@@ -130,7 +130,9 @@ class TxEngine(wiring.Component):
     """
 
     def __init__(self, config, *, append_icrc=True):
-        self._config = _config(config)
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"expected an EngineConfig, not {config!r}")
+        self._config = config
         self._append_icrc = bool(append_icrc)
         w = config.data_width
         super().__init__({

@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""PSN forwarding: the TX path's recent QP write-backs, for readers whose QP row predates them."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..qp_state import qp_index_width
+
+__all__ = ["WriteBackSignature", "PsnForward"]
+
+
+class WriteBackSignature(wiring.Signature):
+    """A TX write-back of one QP, seen from its producer (a pulse, never blocked).
+
+    Members
+    -------
+    valid : ``Out(1)``
+        A write-back takes place this cycle.
+    qp : ``Out(idx_width)``
+    psn : ``Out(24)``
+        The QP's next PSN from now on.
+    err : ``Out(1)``
+        The QP is moved to ERROR (later work requests for it are refused).
+    """
+
+    def __init__(self, idx_width):
+        self._idx_width = idx_width
+        super().__init__({"valid": Out(1), "qp": Out(idx_width), "psn": Out(24),
+                          "err": Out(1)})
+
+    @property
+    def idx_width(self):
+        return self._idx_width
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.idx_width == self.idx_width
+
+    def __repr__(self):
+        return f"WriteBackSignature({self._idx_width})"
+
+
+class PsnForward(wiring.Component):
+    """A small content-addressed memory of the newest write-backs of the TX path.
+
+    The QP table is written through a FIFO and an arbiter, and a work request's row is read when
+    the request is accepted, possibly long before it is segmented: a row read may miss the
+    write-backs of the messages ahead of it. This block keeps the last ``depth`` write-backs
+    (QP, next PSN, error) and answers a look-up with the newest one for a QP, the write-back of
+    the current cycle included (so a look-up never sees stale data). A management write of a QP
+    (``snoop_valid``/``snoop_qp``) forgets that QP's entries: the table holds the truth again.
+
+    Latency: the look-up is combinational (a ``depth``-way compare of QP indices and a priority
+    select); a write-back is visible to look-ups in its own cycle.
+
+    Parameters
+    ----------
+    n_qp : int
+    depth : int
+        Entries kept (default 8).
+
+    Members
+    -------
+    wb : ``In(WriteBackSignature(idx_width))``
+        Write-backs.
+    snoop_valid : ``In(1)``, snoop_qp : ``In(idx_width)``
+        A management write of QP ``snoop_qp`` takes place this cycle.
+    q_qp : ``In(idx_width)``
+        Look-up key.
+    q_hit : ``Out(1)``, q_psn : ``Out(24)``, q_err : ``Out(1)``
+        The newest write-back of ``q_qp``, if any.
+    """
+
+    def __init__(self, n_qp, depth=8):
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 64:
+            raise ValueError(f"depth must be an integer from 1 to 64, not {depth!r}")
+        self._depth = depth
+        qw = qp_index_width(n_qp)
+        super().__init__({
+            "wb": In(WriteBackSignature(qw)),
+            "snoop_valid": In(1), "snoop_qp": In(qw),
+            "q_qp": In(qw), "q_hit": Out(1), "q_psn": Out(24), "q_err": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._depth
+        qw = len(self.q_qp)
+        valid = [Signal(name=f"e{k}_valid") for k in range(n)]
+        qp = [Signal(qw, name=f"e{k}_qp") for k in range(n)]
+        psn = [Signal(24, name=f"e{k}_psn") for k in range(n)]
+        err = [Signal(name=f"e{k}_err") for k in range(n)]
+
+        # look-up: the write-back of this cycle first, then the entries newest (0) first
+        with m.If(self.wb.valid & (self.wb.qp == self.q_qp)):
+            m.d.comb += [self.q_hit.eq(1), self.q_psn.eq(self.wb.psn), self.q_err.eq(self.wb.err)]
+        for k in range(n):
+            with m.Elif(valid[k] & (qp[k] == self.q_qp)):
+                m.d.comb += [self.q_hit.eq(1), self.q_psn.eq(psn[k]), self.q_err.eq(err[k])]
+
+        kill = [Signal(name=f"e{k}_kill") for k in range(n)]
+        for k in range(n):
+            m.d.comb += kill[k].eq(self.snoop_valid & (qp[k] == self.snoop_qp))
+            with m.If(kill[k]):
+                m.d.sync += valid[k].eq(0)
+        with m.If(self.wb.valid):
+            # shift in at entry 0; an entry whose QP is being rewritten is dropped on the way
+            m.d.sync += [valid[0].eq(~(self.snoop_valid & (self.snoop_qp == self.wb.qp))),
+                         qp[0].eq(self.wb.qp), psn[0].eq(self.wb.psn), err[0].eq(self.wb.err)]
+            for k in range(1, n):
+                m.d.sync += [valid[k].eq(valid[k - 1] & ~kill[k - 1]), qp[k].eq(qp[k - 1]),
+                             psn[k].eq(psn[k - 1]), err[k].eq(err[k - 1])]
+        return m
