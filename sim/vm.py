@@ -145,15 +145,14 @@ class RxeVM:
         if self.log_path is None:
             logs = self.image.kernel.parent.parent / "logs"
             logs.mkdir(parents=True, exist_ok=True)
+            for old in sorted(logs.glob("console-*.log"), key=lambda p: p.stat().st_mtime)[:-20]:
+                old.unlink(missing_ok=True)      # keep the 20 newest consoles
             self.log_path = Path(tempfile.mkstemp(prefix="console-", suffix=".log",
                                                   dir=logs)[1])
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock.bind((LOCALHOST, 0))
-        host_port = self.sock.getsockname()[1]
+        host_port = self._bind(0)
         accel = choose_accel(self.accel)
         t0 = time.monotonic()
-        for attempt in range(3):
+        for attempt in range(4):
             self.qemu_port = _free_udp_port()
             netdev = (f"dgram,id=n0,local.type=inet,local.host={LOCALHOST},"
                       f"local.port={self.qemu_port},remote.type=inet,remote.host={LOCALHOST},"
@@ -179,11 +178,19 @@ class RxeVM:
             self._reader = threading.Thread(target=self._read_serial, daemon=True)
             self._reader.start()
             try:
-                ready = self._wait_event("ready", self.boot_timeout)
+                # Under KVM the guest is up in seconds; a hang there means KVM cannot run it.
+                ready = self._wait_event("ready", self.boot_timeout if accel != "kvm"
+                                         else min(self.boot_timeout, 60.0))
             except VMError as e:
                 err = self._stderr()
                 self.stop()
-                if "Address already in use" in err and attempt < 2:
+                if "Address already in use" in err and attempt < 3:
+                    self._bind(host_port)
+                    continue
+                if accel == "kvm" and attempt < 3:
+                    self.log(f"KVM boot failed ({e}); retrying under TCG")
+                    accel = "tcg"
+                    self._bind(host_port)
                     continue
                 raise VMError(f"{e}{': ' + err if err else ''}") from None
             self.info = ready["info"]
@@ -193,6 +200,13 @@ class RxeVM:
             self.drain_frames()
             return self
         raise VMError("could not start QEMU")  # pragma: no cover
+
+    def _bind(self, port):
+        """Open the frame socket on 127.0.0.1:``port`` (0: any); returns the port."""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((LOCALHOST, port))
+        return self.sock.getsockname()[1]
 
     def _stderr(self):
         if self.proc is None or self.proc.poll() is None:

@@ -12,6 +12,7 @@ builder. A second build with the same inputs returns at once; downloaded ``.deb`
 in ``build/rxe-guest/debs/`` and reused across keys.
 """
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -287,6 +288,14 @@ def build_image(build_dir=None, *, force=False, log=None):
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     build_dir = Path(build_dir) if build_dir else DEFAULT_BUILD_DIR
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # One builder at a time (parallel test workers share the cache).
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(build_dir, force, log)
+
+
+def _build_locked(build_dir, force, log):
     key = image_key()
     out = build_dir / key
     info_path = out / "image.json"

@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""The simulated engine against real Linux soft-RoCE (rdma_rxe in a QEMU guest, :mod:`sim.rxe`).
+
+The default suite boots the guest once and runs a small 64-bit workload (every opcode, every
+PMTU, PSNs wrapping, lengths 0 to 3 PMTU + 5) that rxe must ACK without a NAK and execute
+exactly, then one run with a flipped payload bit that rxe must drop and NAK. ``--slow`` adds
+more seeds and 512/1024 bits, and the command-line tool end to end. Without QEMU the tests are
+skipped (``apt-get install qemu-system-x86``), except under CI (``CI=true``), where they fail.
+"""
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from roce_hw import proto
+from sim import rxe
+from sim.vm import RoceInfo, RxeBridge, parse_roce
+
+__all__ = []
+
+W = proto.WrOpcode
+#: The four operations the engine sends.
+FOUR = {W.RDMA_WRITE, W.RDMA_WRITE_WITH_IMM, W.SEND, W.SEND_WITH_IMM}
+
+
+def _require(tool, package):
+    if shutil.which(tool) is None:
+        msg = f"{tool} not installed: apt-get install {package}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg + " (CI must run the real-rxe tests)")
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def vm():
+    """One booted guest for the whole module (a boot costs about 10 s under TCG)."""
+    _require("qemu-system-x86_64", "qemu-system-x86")
+    _require("apt-get", "apt (a Debian or Ubuntu host) to build the guest image")
+    from sim.vm import RxeVM
+    with RxeVM() as machine:
+        yield machine
+
+
+def _run(vm, width, seed, messages, *, qps=5, pmtu=None, corrupt=None):
+    setups, msgs = rxe.random_messages(seed=seed, messages=messages, qps=qps, pmtu=pmtu)
+    return rxe.run_rxe(vm, width, setups, msgs, corrupt=corrupt)
+
+
+def _assert_clean(run):
+    out = io.StringIO()
+    rxe.report(run, out)
+    text = out.getvalue()
+    assert run.ok, text
+    assert run.failed == 0 and run.passed == len(run.messages), text
+    assert run.naks == 0 and run.unanswered == 0, text
+    assert sum(q.acks for q in run.qps) >= len(run.messages), text
+    for m in run.messages:
+        assert m.acked and m.frames == m.packets, (m.index, text)
+    assert text.splitlines()[-1] == f"{len(run.messages)} passed, 0 failed"
+    return text
+
+
+# -- no VM needed ----------------------------------------------------------------------------
+def test_workload_covers_the_cases():
+    setups, msgs = rxe.random_messages(seed=1, messages=40, qps=5)
+    assert {q.pmtu for q in setups} == set(rxe.PMTUS)
+    assert all(q.start_psn >= 0xFFFFF8 for q in setups)
+    assert {m.opcode for m in msgs} == FOUR
+    assert {m.qp for m in msgs} == set(range(5))
+    pmtu = {q.index: q.pmtu for q in setups}
+    assert all(0 <= len(m.payload) <= 3 * pmtu[m.qp] + 5 for m in msgs)
+    assert any(len(m.payload) == 0 for m in msgs)
+    assert any(len(m.payload) % 2 for m in msgs)
+    assert any(len(m.payload) > 2 * pmtu[m.qp] for m in msgs)
+    plan = rxe.plan_frames(setups, msgs)
+    assert any(psn == 0 for _, psn, _ in plan)           # PSNs wrap
+    assert len(plan) == sum(m.packets for m in msgs)
+    assert rxe.random_messages(seed=1, messages=40, qps=5)[1][7].payload == msgs[7].payload
+
+
+def test_corrupt_hook_flips_one_payload_bit():
+    from roce_hw.model.packet import QPPath, build_request_frame
+    from roce_hw.model.segment import segment_message
+    path = QPPath(src_mac=1, dst_mac=2, src_ip=3, dst_ip=4, dest_qp=17, udp_sport=0xC000)
+    (pkt,) = segment_message(W.RDMA_WRITE_WITH_IMM, bytes(range(37)), pmtu=256, start_psn=5,
+                             remote_addr=0x1000, r_key=7, imm=9)
+    frame = build_request_frame(path, pkt, ip_id=0)
+    info = parse_roce(frame)
+    assert isinstance(info, RoceInfo) and info.dest_qp == 17 and info.psn == 5 and info.ack_req
+    assert info.header_len == 14 + 20 + 8 + 12 + 16 + 4
+    out = rxe.corrupt_hook(3)(frame, 3)
+    diff = [i for i in range(len(frame)) if frame[i] != out[i]]
+    assert len(diff) == 1 and info.header_len <= diff[0] < len(frame) - 4 - info.pad
+    assert bin(frame[diff[0]] ^ out[diff[0]]).count("1") == 1
+    assert rxe.corrupt_hook(3)(frame, 2) == frame
+
+
+class _FakeVM:
+    """Stands in for the guest: answers every AckReq frame with an ACK, or stays silent."""
+
+    def __init__(self, silent=False):
+        self.silent, self.sent, self.queue = silent, [], []
+
+    def send_frame(self, frame):
+        self.sent.append(frame)
+        info = parse_roce(frame)
+        if info.ack_req and not self.silent:
+            from roce_hw.model.packet import QPPath, build_ack_frame
+            path = QPPath(src_mac=2, dst_mac=1, src_ip=4, dst_ip=3, dest_qp=256,
+                          udp_sport=0xC000)
+            self.queue.append(build_ack_frame(path, psn=info.psn))
+
+    def recv_frame(self, timeout=0.0):
+        return self.queue.pop(0) if self.queue else None
+
+
+def _write_frame(psn):
+    from roce_hw.model.packet import QPPath, build_request_frame
+    from roce_hw.model.segment import segment_message
+    path = QPPath(src_mac=1, dst_mac=2, src_ip=3, dst_ip=4, dest_qp=17, udp_sport=0xC000)
+    (pkt,) = segment_message(W.RDMA_WRITE, b"abc", pmtu=256, start_psn=psn)
+    return build_request_frame(path, pkt, ip_id=0)
+
+
+def test_bridge_holds_for_acks_and_never_stalls():
+    fake = _FakeVM()
+    bridge = RxeBridge(fake, reply_timeout=0.05)
+    bridge.pair(17, 256)
+    bridge.deliver(_write_frame(0xFFFFFF), cycle=10)
+    bridge.deliver(_write_frame(0), cycle=20)
+    assert [c for c, _, _ in bridge.replies] == [10, 20]    # answered before time went on
+    assert [f for _, f in bridge.rx_queue] == [f for _, _, f in bridge.replies]
+    assert bridge.unanswered == []
+    silent = RxeBridge(_FakeVM(silent=True), reply_timeout=0.05)
+    silent.deliver(_write_frame(1), cycle=5)
+    assert len(silent.unanswered) == 1                     # gave up, did not hang
+    dropped = RxeBridge(_FakeVM(), reply_timeout=0.05, to_guest_hook=lambda f, i: None)
+    dropped.deliver(_write_frame(2), cycle=1)
+    assert dropped.vm.sent == [] and dropped.capture[0].note == "dropped"
+
+
+def test_cli_usage_errors(capsys):
+    with pytest.raises(SystemExit) as e:
+        rxe.main(["--width", "100"])
+    assert e.value.code == 2
+    assert rxe.main(["--messages", "2", "--qps", "2", "--corrupt", "99"]) == 2
+    assert "the run has" in capsys.readouterr().err
+
+
+def test_cli_without_qemu_says_how_to_install(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert rxe.main(["--messages", "1", "--quiet"]) == 2
+    assert "apt-get install qemu-system-x86" in capsys.readouterr().err
+
+
+# -- real rxe --------------------------------------------------------------------------------
+def test_rxe_accepts_64(vm):
+    """Every opcode, every PMTU, wrapping PSNs: rxe ACKs all, no NAK, data exact; then one
+    flipped payload bit: rxe drops that frame, NAKs the gap, and the run fails."""
+    run = _run(vm, 64, seed=1, messages=14)
+    _assert_clean(run)
+    assert {m.opcode for m in run.messages} == FOUR
+    assert {q.pmtu for q in run.qps} == set(rxe.PMTUS)
+
+    setups, msgs = rxe.random_messages(seed=3, messages=8, qps=2, pmtu=256)
+    plan = rxe.plan_frames(setups, msgs)
+    # A frame with payload followed by another frame on the same QP (which reveals the gap).
+    k = next(i for i, (m, _, n) in enumerate(plan)
+             if n and any(m2.qp == m.qp for m2, _, _ in plan[i + 1:]))
+    bad = rxe.run_rxe(vm, 64, setups, msgs, corrupt=k)
+    out = io.StringIO()
+    rxe.report(bad, out)
+    text = out.getvalue()
+    assert not bad.ok and bad.failed >= 1, text
+    assert text.splitlines()[-1] == f"{bad.passed} passed, {bad.failed} failed"
+    _, qpn, psn = bad.corrupted
+    victim = plan[k][0]
+    assert not victim.passed and not victim.acked, text
+    qres = next(q for q in bad.qps if q.guest_qpn == qpn)
+    assert (0x60, psn) in qres.nak_list, text             # PSN sequence error at the gap
+    assert "out_of_seq_request" in bad.counters, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,seed,messages", [(64, 2, 40), (64, 3, 40), (128, 4, 30),
+                                                 (512, 5, 80), (512, 6, 80), (1024, 7, 80)])
+def test_rxe_accepts_slow(vm, width, seed, messages):
+    _assert_clean(_run(vm, width, seed, messages))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pmtu", rxe.PMTUS)
+def test_rxe_accepts_one_pmtu_512(vm, pmtu):
+    _assert_clean(_run(vm, 512, seed=pmtu, messages=24, qps=3, pmtu=pmtu))
+
+
+@pytest.mark.slow
+def test_cli_end_to_end(tmp_path):
+    _require("qemu-system-x86_64", "qemu-system-x86")
+    pcap = tmp_path / "rxe.pcap"
+    ok = subprocess.run([sys.executable, "-m", "sim.rxe", "--width", "64", "--seed", "9",
+                         "--messages", "6", "--qps", "2", "--pcap", str(pcap), "--quiet"],
+                        capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "6 passed, 0 failed"
+    from sim.pcap import read_capture
+    frames = [parse_roce(p.data) for p in read_capture(pcap)]
+    assert any(f.is_ack for f in frames) and any(not f.is_ack for f in frames)
+    bad = subprocess.run([sys.executable, "-m", "sim.rxe", "--width", "64", "--seed", "9",
+                          "--messages", "6", "--qps", "2", "--corrupt", "0", "--quiet"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert bad.stdout.splitlines()[-1].endswith("failed")
