@@ -5,14 +5,15 @@
 description of a run as :func:`sim.traffic.run_traffic` -- an :class:`~roce_hw.config.EngineConfig`,
 :class:`~sim.traffic.QPSetup` contexts, a list of :class:`~sim.traffic.WorkItem` -- and
 
-1. emits ``roce_tx.v`` with :func:`build.generate` (exactly what users drop into their projects)
-   into a temporary folder, unless an already emitted file is given;
+1. emits ``roce_tx.v`` with :func:`roce_hw.generate.generate` (exactly what ``build.py`` writes
+   and users drop into their projects) into a temporary folder, unless an already emitted file
+   is given;
 2. builds a :class:`Stimulus`, a pure function of the arguments and ``seed``: the QP contexts for
    ``s_qp_mgmt_req_*``, the WR fields for ``s_wr_*``, the payload beats for ``s_axis_payload_*``
    (random bytes beyond ``tkeep``), each transfer preceded by a seeded number of idle cycles,
    and a cyclic seeded ``m_axis_tx_tready`` pattern; it writes them as ``$readmemh`` files with
    a generated Verilog testbench;
-3. compiles with ``iverilog -g2005`` and runs ``vvp``;
+3. compiles with ``iverilog -g2005`` (or ``-g2012``, ``std=``) and runs ``vvp``;
 4. parses the recorded transfers into frames (wire byte 0 = ``tdata[7:0]``).
 
 The testbench holds ``rst`` for :data:`RESET_CYCLES` cycles, drives garbage on the data ports of
@@ -24,7 +25,7 @@ every input was consumed and the outputs have been quiet for :data:`QUIET_CYCLES
 a hard cycle limit (:class:`CosimTimeout`).
 
 :func:`simulate_amaranth` replays the very same :class:`Stimulus` with the same per-cycle rules on
-the Amaranth design the Verilog was emitted from (``FlatTop(TxEngine(config))``, the same flat
+the Amaranth design the Verilog was emitted from (:class:`roce_hw.top.TxTop`, the same flat
 ports) in Amaranth's simulator and returns the same kind of record; ``cosimulate(...,
 amaranth=True)`` does both, so that a test can require the two event lists -- every output
 transfer with its cycle and every bit of ``tdata`` -- to be identical.
@@ -32,15 +33,14 @@ transfer with its cycle and every bit of ``tdata`` -- to be identical.
 Port names and widths are read from the emitted module header, so the testbench follows the
 Verilog itself rather than the Python description of it.
 
-Language mode. Amaranth's Verilog (Yosys ``write_verilog``) makes every ``always @*`` block run at
-time 0 through a ``reg ... = 0`` "trigger" that only works with Verilog-2001/2005 semantics of
-declaration initialisers (Yosys PR #2273). Read as SystemVerilog (``iverilog -g2012``, or a
-``.sv`` compile in another event-driven simulator) the initialiser runs before any process starts,
-blocks whose inputs do not change stay ``x``, and the engine misbehaves in simulation only (seen
-here: ``x`` in the BTH, wrong PSNs, spurious refusals). Hence ``-g2005``; synthesis is unaffected.
+Language mode. The generated file must behave the same whether it is compiled as Verilog-2005 or
+as SystemVerilog (``iverilog -g2012``, a ``.sv`` flow). Amaranth's own back end prints
+combinational logic as ``always @*`` blocks started by a ``reg ... = 0`` trigger, which works only
+under Verilog-2005 semantics (under ``-g2012`` constant-driven blocks stay ``x`` and frames broke:
+``x`` in the BTH, wrong PSNs, spurious refusals); :mod:`roce_hw.generate` emits continuous
+assignments instead. ``std=`` picks the mode (:data:`IVERILOG_STDS`); the tests run both.
 """
 
-import importlib.util
 import random
 import re
 import shutil
@@ -54,12 +54,12 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.qp_state import QP_CONTEXT
 
-__all__ = ["QUIET_CYCLES", "READY_PATTERN", "RESET_CYCLES", "IVERILOG_STD", "CosimError",
+__all__ = ["QUIET_CYCLES", "READY_PATTERN", "RESET_CYCLES", "IVERILOG_STDS", "CosimError",
+           "CosimToolMissing",
            "CosimTimeout", "CosimResult", "Stimulus", "emit_verilog", "verilog_ports",
            "amaranth_ports", "qp_context", "make_stimulus", "cosimulate", "simulate_amaranth",
            "run_verilog", "first_difference", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: Cycles without ``tvalid``/``m_status_valid`` after all input was consumed that end a run.
 QUIET_CYCLES = 128
@@ -71,12 +71,24 @@ GAP_BITS = 16
 RESET_CYCLES = 4
 #: Plain counter outputs recorded at the end of a run (when the module has them).
 COUNTERS = ("frames", "frames_aborted", "wrs_refused", "status_dropped")
-#: ``iverilog -g`` language generation (see "Language mode" above).
-IVERILOG_STD = "2005"
+#: ``iverilog -g`` language generations a run can use (see "Language mode" above); the first is
+#: the default.
+IVERILOG_STDS = ("2005", "2012")
 
 
 class CosimError(RuntimeError):
     """The co-simulation could not be run (missing tool, compile error, bad stimulus)."""
+
+
+class CosimToolMissing(CosimError):
+    """Icarus Verilog (``iverilog``/``vvp``) is not installed; ``tool`` names the program (the
+    test suite's missing-tool policy keys on ``is_missing_tool``)."""
+
+    is_missing_tool = True
+
+    def __init__(self, tool, message):
+        self.tool = tool
+        super().__init__(message)
 
 
 class CosimTimeout(TimeoutError):
@@ -111,22 +123,12 @@ class CosimResult:
     amaranth: "CosimResult | None" = None
 
 
-def _load_build():
-    """``build.py`` of this repository as a module (a ``build`` package on ``sys.path`` must not
-    shadow it)."""
-    mod = sys.modules.get("build")
-    if mod is not None and Path(getattr(mod, "__file__", "") or "").resolve() == ROOT / "build.py":
-        return mod
-    spec = importlib.util.spec_from_file_location("_roce_hw_build", ROOT / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def emit_verilog(config, out_dir, *, name="roce_tx"):
-    """Emit the engine for ``config`` into ``out_dir`` with :func:`build.generate`; returns the
-    path of the ``.v`` file."""
-    return Path(_load_build().generate(config, out_dir, name=name, log=lambda *a: None))
+def emit_verilog(config, out_dir, *, name="roce_tx", **top_options):
+    """Emit the engine for ``config`` into ``out_dir`` with :func:`roce_hw.generate.generate`
+    (``top_options``: ``no_underrun``, ``fifo_depth``, ``fifo_abort`` of
+    :class:`roce_hw.top.TxTop`); returns the path of the ``.v`` file."""
+    from roce_hw.generate import generate
+    return Path(generate(config, out_dir, name=name, **top_options))
 
 
 _PORT_RE = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):0\]\s*)?([A-Za-z_][A-Za-z0-9_$]*)\s*;")
@@ -148,10 +150,9 @@ def verilog_ports(text, name="roce_tx"):
     return ports
 
 
-def _flat_top(config):
-    from roce_hw.lib.flat import FlatTop
-    from roce_hw.tx.engine import TxEngine
-    return FlatTop(TxEngine(config), rename=_load_build().PORT_NAMES)
+def _flat_top(config, top_options=None):
+    from roce_hw.top import TxTop
+    return TxTop(config, **(top_options or {}))
 
 
 def amaranth_ports(top):
@@ -539,7 +540,7 @@ def _finish(res, what, max_cycles, t0):
 
 def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idle=0.0,
                p_stall=0.0, verilog=None, work_dir=None, max_cycles=None, wall_timeout=600,
-               amaranth=False, vcd=None):
+               amaranth=False, vcd=None, std=IVERILOG_STDS[0], top_options=None):
     """Run ``wrs`` through the emitted Verilog in Icarus; returns a :class:`CosimResult`.
 
     Parameters
@@ -560,7 +561,7 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
         Probability of ``m_axis_tx_tready`` low in each cycle of the cyclic pattern.
     verilog : path, optional
         An already emitted ``roce_tx.v`` for ``config`` (saves re-emitting); default: emit with
-        :func:`build.generate`.
+        :func:`roce_hw.generate.generate`.
     work_dir : path, optional
         Keep every file of the run there (default: a temporary folder, removed afterwards).
     max_cycles : int, optional
@@ -574,6 +575,11 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
         Dump every signal to ``tb.vcd`` in ``work_dir`` (or, without ``work_dir``, to
         ``build/vcd/cosim_<width>.vcd``). Default: on with ``RHW_VCD=1``, like
         :func:`sim.harness.run_simulation`.
+    std : str
+        ``iverilog -g`` generation: ``"2005"`` (Verilog-2005) or ``"2012"`` (SystemVerilog).
+    top_options : dict, optional
+        Options of :class:`roce_hw.top.TxTop` (``no_underrun``, ``fifo_depth``,
+        ``fifo_abort``) for the emitted file and the Amaranth replay alike.
 
     Raises
     ------
@@ -590,11 +596,13 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
     for pname, p in (("p_idle", p_idle), ("p_stall", p_stall)):
         if not 0 <= p < 1:
             raise ValueError(f"{pname} must be in [0, 1), not {p!r}")
+    if std not in IVERILOG_STDS:
+        raise ValueError(f"std must be one of {', '.join(IVERILOG_STDS)}, not {std!r}")
     tools = {t: shutil.which(t) for t in ("iverilog", "vvp")}
     missing = [t for t, exe in tools.items() if exe is None]
     if missing:
-        raise CosimError(f"{' and '.join(missing)} not found: install Icarus Verilog "
-                         f"(apt-get install iverilog)")
+        raise CosimToolMissing(missing[0], f"{' and '.join(missing)} not found: install Icarus "
+                               f"Verilog (apt-get install iverilog)")
     keep = work_dir is not None
     tmp = None
     if keep:
@@ -604,7 +612,8 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
         tmp = tempfile.TemporaryDirectory(prefix="roce_cosim_")
         wdir = Path(tmp.name)
     try:
-        vpath = emit_verilog(config, wdir / "rtl") if verilog is None else Path(verilog)
+        vpath = emit_verilog(config, wdir / "rtl", **(top_options or {})) if verilog is None \
+            else Path(verilog)
         ports = verilog_ports(vpath.read_text())
         stim = make_stimulus(config, qps, wrs, ports, local_mac=local_mac, local_ip=local_ip,
                              seed=seed, p_idle=p_idle, p_stall=p_stall, max_cycles=max_cycles)
@@ -612,7 +621,7 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
             from sim.harness import vcd_requested
             vcd = vcd_requested()
         try:
-            res = _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd)
+            res = _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd, std)
         finally:
             if vcd and not keep and (wdir / "tb.vcd").exists():
                 dest = Path("build") / "vcd" / f"cosim_{config.data_width}.vcd"
@@ -623,18 +632,18 @@ def cosimulate(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idl
         if tmp is not None:
             tmp.cleanup()
     if amaranth:
-        res.amaranth = _replay_amaranth(config, stim)
+        res.amaranth = _replay_amaranth(config, stim, _flat_top(config, top_options))
     return res
 
 
-def _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd):
+def _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd, std):
     for s in stim.streams:
         s.write(wdir / f"{s.tag}.hex")
     (wdir / "ready.bin").write_text("\n".join(map(str, stim.ready)) + "\n")
     tb, tied = _testbench("roce_tx", ports, stim, vcd=vcd)
     (wdir / "tb.v").write_text(tb)
     try:
-        comp = subprocess.run([tools["iverilog"], f"-g{IVERILOG_STD}", "-o", "tb.vvp", "-s", "tb",
+        comp = subprocess.run([tools["iverilog"], f"-g{std}", "-o", "tb.vvp", "-s", "tb",
                                "tb.v", str(vpath.resolve())], cwd=wdir, capture_output=True,
                               text=True, timeout=wall_timeout)
     except subprocess.TimeoutExpired:
@@ -657,14 +666,14 @@ def _run_iverilog(config, stim, ports, vpath, wdir, tools, wall_timeout, vcd):
 
 
 def simulate_amaranth(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0, p_idle=0.0,
-                      p_stall=0.0, max_cycles=None):
+                      p_stall=0.0, max_cycles=None, top_options=None):
     """Replay in Amaranth's simulator exactly what :func:`cosimulate` does in Icarus (same
     arguments, same :class:`Stimulus`, same per-cycle rules, same records), on
-    ``FlatTop(TxEngine(config))``. Returns a :class:`CosimResult`."""
+    ``TxTop(config, **top_options)``. Returns a :class:`CosimResult`."""
     from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC
     local_mac = DEFAULT_LOCAL_MAC if local_mac is None else local_mac
     local_ip = DEFAULT_LOCAL_IP if local_ip is None else local_ip
-    top = _flat_top(config)
+    top = _flat_top(config, top_options)
     stim = make_stimulus(config, qps, wrs, amaranth_ports(top), local_mac=local_mac,
                          local_ip=local_ip, seed=seed, p_idle=p_idle, p_stall=p_stall,
                          max_cycles=max_cycles)
@@ -673,7 +682,7 @@ def simulate_amaranth(config, qps, wrs, *, local_mac=None, local_ip=None, seed=0
 
 def _replay_amaranth(config, stim, top=None):
     """The Python twin of :func:`_testbench` on the Amaranth design ``top`` (default: a new
-    ``FlatTop(TxEngine(config))``)."""
+    ``TxTop(config)``)."""
     from amaranth.hdl import Cat, ClockDomain, Module, Value
     from amaranth.sim import Simulator
 
@@ -807,29 +816,43 @@ def main(argv=None):
     from sim.traffic import OPS, count_mismatches, expected_frames, random_workload
 
     ap = argparse.ArgumentParser(prog="python -m sim.cosim",
-                                 description=main.__doc__.split("\n")[0].strip("`"))
+                                 description=main.__doc__.split("\n")[0].strip("`"),
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--width", type=int, default=64,
-                    help=f"bus width in bits ({', '.join(map(str, DATA_WIDTHS))}; default 64)")
-    ap.add_argument("--qps", type=int, default=2)
-    ap.add_argument("--messages", type=int, default=20)
-    ap.add_argument("--max-size", type=int, default=3000)
+                    help=f"bus width in bits ({', '.join(map(str, DATA_WIDTHS))})")
+    ap.add_argument("--qps", type=int, default=2, help="number of QPs")
+    ap.add_argument("--messages", type=int, default=20, help="number of random WRs")
+    ap.add_argument("--max-size", type=int, default=3000, help="largest payload in bytes")
     ap.add_argument("--pmtu", type=int, default=1024, help="256, 512, 1024, 2048 or 4096")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the workload and the stalls")
     ap.add_argument("--stall", type=float, default=0.2,
-                    help="probability of idle input / stalled output cycles (default 0.2)")
+                    help="probability of idle input / stalled output cycles")
+    ap.add_argument("--std", choices=(*IVERILOG_STDS, "both"), default="both",
+                    help="compile as Verilog-2005, as SystemVerilog (2012) or both")
+    ap.add_argument("--no-underrun", action="store_true",
+                    help="build the top with the store-and-forward frame FIFO")
     ap.add_argument("--amaranth", action="store_true",
                     help="also replay in Amaranth and compare every output transfer")
     ap.add_argument("--keep", help="keep the run's files (stimulus, testbench, out.txt) here")
     args = ap.parse_args(argv)
+    stds = IVERILOG_STDS if args.std == "both" else (args.std,)
+    top_options = {"no_underrun": True} if args.no_underrun else None
+    results = []
     try:
         config = EngineConfig(data_width=args.width, n_qp=max(4, args.qps))
         proto.pmtu_code(args.pmtu)
         qps, wrs = random_workload(n_qps=args.qps, messages=args.messages, ops=list(OPS),
                                    min_size=0, max_size=args.max_size, pmtu=args.pmtu,
                                    seed=args.seed)
-        t0 = time.monotonic()
-        res = cosimulate(config, qps, wrs, seed=args.seed, p_idle=args.stall,
-                         p_stall=args.stall, work_dir=args.keep, amaranth=args.amaranth)
+        with tempfile.TemporaryDirectory(prefix="roce_cosim_rtl_") as rtl:
+            vpath = emit_verilog(config, rtl, **(top_options or {}))
+            for k, std in enumerate(stds):
+                t0 = time.monotonic()
+                keep = None if args.keep is None else Path(args.keep) / f"g{std}"
+                res = cosimulate(config, qps, wrs, seed=args.seed, p_idle=args.stall,
+                                 p_stall=args.stall, work_dir=keep, verilog=vpath, std=std,
+                                 amaranth=args.amaranth and k == 0, top_options=top_options)
+                results.append((std, res, time.monotonic() - t0))
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -837,17 +860,24 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 1
     expect = expected_frames(config, qps, wrs, ip_id_start=config.ip_id_start)
-    got = [f for f, _ in res.frames]
-    diff = count_mismatches(got, expect)
-    bad_icrc = sum(not frame_icrc_ok(f) for f in got)
-    print(f"{len(got)} frames in {res.cycles} cycles ({time.monotonic() - t0:.1f} s): "
-          f"{diff} differ from the golden model, {bad_icrc} bad iCRC, "
-          f"{len(res.violations)} stream violations")
-    failed = bool(diff or bad_icrc or res.violations)
-    if args.amaranth:
-        d = first_difference(res.events, res.amaranth.events)
-        print("Amaranth replay: " + ("identical event list" if d is None else
-                                     f"first difference at event {d[0]}: {d[1]} != {d[2]}"))
+    failed = False
+    for std, res, dt in results:
+        got = [f for f, _ in res.frames]
+        diff = count_mismatches(got, expect)
+        bad_icrc = sum(not frame_icrc_ok(f) for f in got)
+        print(f"-g{std}: {len(got)} frames in {res.cycles} cycles ({dt:.1f} s): "
+              f"{diff} differ from the golden model, {bad_icrc} bad iCRC, "
+              f"{len(res.violations)} stream violations")
+        failed |= bool(diff or bad_icrc or res.violations)
+        if res.amaranth is not None:
+            d = first_difference(res.events, res.amaranth.events)
+            print("Amaranth replay: " + ("identical event list" if d is None else
+                                         f"first difference at event {d[0]}: {d[1]} != {d[2]}"))
+            failed |= d is not None
+    if len(results) == 2:
+        d = first_difference(results[0][1].events, results[1][1].events)
+        print("-g2005 and -g2012: " + ("identical event list" if d is None else
+                                       f"first difference at event {d[0]}: {d[1]} != {d[2]}"))
         failed |= d is not None
     return 1 if failed else 0
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Independent test oracles written straight from ../shared/PROTOCOL.md (no roce_hw import)."""
+"""Independent test oracles written straight from the protocol reference, PROTOCOL.md section 2
+(carried verbatim in tests/reference/PROTOCOL_excerpt.md); no roce_hw import."""
 
 import struct
 import zlib
@@ -8,7 +9,7 @@ __all__ = ["protocol_icrc", "protocol_icrc_bytes"]
 
 
 def protocol_icrc(l3):
-    """PROTOCOL.md §2 ``rocev2_icrc``, line for line: the iCRC register value of ``l3`` (IPv4 or
+    """PROTOCOL.md §2 ``rocev2_icrc`` (tests/reference/PROTOCOL_excerpt.md), line for line: the iCRC register value of ``l3`` (IPv4 or
     IPv6 header .. UDP .. BTH .. extension headers .. payload .. pad, **without** the iCRC).
 
     Kept apart from :mod:`roce_hw.model.icrc` on purpose, so that tests comparing the model or

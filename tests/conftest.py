@@ -1,26 +1,86 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Test options: ``--slow`` runs the long simulations (all widths, more seeds)."""
+"""Test options, the data the tests read (all inside the repository) and the missing-tool policy.
 
+``--slow`` runs the long simulations (all widths, more seeds).
+
+Data: the real soft-RoCE captures are in ``tests/captures/`` (see its README) and the parts of the
+protocol reference the tests check against are in ``tests/reference/PROTOCOL_excerpt.md``; a
+clone needs nothing outside the repository. ``../shared`` beside the clone is optional extra
+material (only :func:`shared_dir` users look at it, and they skip without it).
+
+Missing-tool policy (external programs: ``verilator``, ``iverilog``/``vvp``, ``tshark``):
+
+* in CI (environment variable ``CI`` set to anything but ``""``, ``0`` or ``false``) nothing
+  skips for a missing tool: a test that needs one **fails**, naming the package to install;
+* on a user's machine such a test is skipped, and all those skips are reported as **one**
+  summary line (``SKIPPED [N] ... missing tools: ...; install them with: sudo apt-get install
+  ...``).
+
+A test declares its tools with ``@pytest.mark.tools("verilator")``; a test that finds out at
+run time -- :class:`roce_hw.generate.ToolMissing` (raised by the lint and the co-simulation), a
+``FileNotFoundError`` for one of the tools, or a ``pytest.skip("<tool> not installed")`` -- is
+handled the same way.
+"""
+
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-__all__ = ["ROOT", "GOLDEN_DIR", "PROTOCOL_MD", "protocol_md"]
+__all__ = ["ROOT", "GOLDEN_DIR", "PROTOCOL_EXCERPT", "SHARED_DIR", "TOOL_PACKAGES", "in_ci",
+           "missing_tools", "protocol_md", "golden_dir", "shared_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-#: The golden captures of Linux soft-RoCE traffic (../shared/golden beside the repo).
-GOLDEN_DIR = ROOT.parent / "shared" / "golden"
-#: The protocol reference the tests check constants and oracles against.
-PROTOCOL_MD = ROOT.parent / "shared" / "PROTOCOL.md"
+#: The real soft-RoCE captures the tests use (copied into the repository; see its README.md).
+GOLDEN_DIR = ROOT / "tests" / "captures"
+#: Verbatim excerpt of the protocol reference that the tests check constants and oracles against.
+PROTOCOL_EXCERPT = ROOT / "tests" / "reference" / "PROTOCOL_excerpt.md"
+#: Optional extra material beside the clone (development setup only).
+SHARED_DIR = ROOT.parent / "shared"
+
+#: External programs the tests use -> the Debian/Ubuntu package that provides each.
+TOOL_PACKAGES = {"verilator": "verilator", "iverilog": "iverilog", "vvp": "iverilog",
+                 "tshark": "tshark"}
+
+_SKIP_RE = re.compile(r"\b(" + "|".join(TOOL_PACKAGES) + r")\b.*not (installed|found)")
+
+
+def in_ci():
+    """True when running in CI (``CI`` set, as GitHub Actions, GitLab and most others do)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_tools():
+    """Tools of :data:`TOOL_PACKAGES` that are not on ``PATH``, sorted."""
+    return sorted(t for t in TOOL_PACKAGES if shutil.which(t) is None)
+
+
+def _missing_reason():
+    tools = missing_tools()
+    pkgs = sorted({TOOL_PACKAGES[t] for t in tools})
+    return (f"missing tools: {', '.join(tools)}; install them with: sudo apt-get install "
+            f"{' '.join(pkgs)}")
+
+
+def _ci_failure(tool):
+    return (f"CI must have every tool, but {tool} is missing "
+            f"(apt-get install {TOOL_PACKAGES.get(tool, tool)}); nothing skips in CI")
 
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,
                      help="also run tests marked slow (every width, more seeds)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tools(*names): external programs the test needs "
+                                       "(verilator, iverilog, vvp, tshark)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,16 +92,83 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _skip_for_tools():
+    """Skip (user's machine) with the one reason shared by every missing-tool skip: raised from
+    this line, so pytest's summary folds all of them into one line."""
+    pytest.skip(_missing_reason())
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("tools"):
+        for tool in mark.args:
+            if shutil.which(tool) is None:
+                if in_ci():
+                    pytest.fail(_ci_failure(tool), pytrace=False)
+                _skip_for_tools()
+
+
+def _tool_of(excinfo):
+    """The missing tool an exception is about, or None."""
+    if excinfo is None:
+        return None
+    exc = excinfo.value
+    tool = getattr(exc, "tool", None)
+    if tool in TOOL_PACKAGES and getattr(exc, "is_missing_tool", False):
+        return tool
+    if isinstance(exc, FileNotFoundError) and exc.filename is not None:
+        name = os.path.basename(str(exc.filename))
+        if name in TOOL_PACKAGES:
+            return name
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and call.excinfo is not None:
+        tool = _tool_of(call.excinfo)
+        if tool is not None and shutil.which(tool) is None and not in_ci():
+            try:
+                _skip_for_tools()
+            except pytest.skip.Exception:
+                excinfo = pytest.ExceptionInfo.from_current()
+            rep.outcome = "skipped"
+            crash = excinfo._getreprcrash()
+            rep.longrepr = (str(crash.path), crash.lineno, crash.message)
+    elif rep.skipped and isinstance(rep.longrepr, tuple):
+        reason = rep.longrepr[2]
+        m = _SKIP_RE.search(reason)
+        if m is not None and shutil.which(m.group(1)) is None:
+            if in_ci():
+                rep.outcome = "failed"
+                rep.longrepr = _ci_failure(m.group(1))
+            else:
+                try:
+                    _skip_for_tools()
+                except pytest.skip.Exception:
+                    crash = pytest.ExceptionInfo.from_current()._getreprcrash()
+                    rep.longrepr = (str(crash.path), crash.lineno, crash.message)
+
+
 @pytest.fixture(scope="session")
 def golden_dir():
+    """``tests/captures``: the real soft-RoCE captures (part of the repository)."""
     if not GOLDEN_DIR.is_dir():
-        pytest.fail(f"golden captures not found at {GOLDEN_DIR} (shared/ must sit beside the repo)")
+        pytest.fail(f"captures not found at {GOLDEN_DIR} (they are part of the repository)")
     return GOLDEN_DIR
 
 
 @pytest.fixture(scope="session")
 def protocol_md():
-    """Text of ../shared/PROTOCOL.md (the test fails clearly if it is missing)."""
-    if not PROTOCOL_MD.is_file():
-        pytest.fail(f"{PROTOCOL_MD} not found (shared/ must sit beside the repo)")
-    return PROTOCOL_MD.read_text()
+    """Text of ``tests/reference/PROTOCOL_excerpt.md``: the verbatim parts of the protocol
+    reference (PROTOCOL.md sections 2 and 5.5) that tests check against."""
+    return PROTOCOL_EXCERPT.read_text()
+
+
+@pytest.fixture(scope="session")
+def shared_dir():
+    """``../shared`` beside the clone (optional extra material); skips when absent."""
+    if not SHARED_DIR.is_dir():
+        pytest.skip(f"optional {SHARED_DIR} is not present (not part of a clone)")
+    return SHARED_DIR

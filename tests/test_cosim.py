@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """The emitted ``roce_tx.v`` in Icarus Verilog sends exactly the golden model's frames, in exactly
-the cycles the Amaranth simulation of the same design sends them."""
+the cycles the Amaranth simulation of the same design sends them -- compiled as Verilog-2005 and
+as SystemVerilog (``iverilog -g2012``) alike."""
 
 import random
 
@@ -32,14 +33,16 @@ def _config(width):
 
 @pytest.fixture(scope="module")
 def verilog(tmp_path_factory):
-    """One emission per width (``build.generate``), shared by the tests of that width."""
+    """One emission per width and top option (``roce_hw.generate.generate``), shared by the
+    tests of that width."""
     cache = {}
 
-    def get(width):
-        if width not in cache:
+    def get(width, **top_options):
+        key = (width, tuple(sorted(top_options.items())))
+        if key not in cache:
             out = tmp_path_factory.mktemp(f"roce_tx_{width}")
-            cache[width] = cosim.emit_verilog(_config(width), out)
-        return cache[width]
+            cache[key] = cosim.emit_verilog(_config(width), out, **top_options)
+        return cache[key]
     return get
 
 
@@ -93,12 +96,12 @@ def _same_as_amaranth(res):
     assert diff is None, f"Verilog and Amaranth differ at event {diff[0]}: {diff[1]} != {diff[2]}"
 
 
-def _mixed(verilog, width, seed, stall=0.3, amaranth=True):
+def _mixed(verilog, width, seed, stall=0.3, amaranth=True, std="2005"):
     config = _config(width)
     qps, wrs = _qps(), _mixed_wrs(seed)
     res = cosim.cosimulate(config, qps, wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, seed=seed,
                            p_idle=stall, p_stall=stall, verilog=verilog(width),
-                           amaranth=amaranth)
+                           amaranth=amaranth, std=std)
     assert res.violations == []
     assert res.statuses == []
     assert [r["error"] for r in res.mgmt] == [0] * len(qps)
@@ -115,9 +118,12 @@ def _mixed(verilog, width, seed, stall=0.3, amaranth=True):
     return res
 
 
+@pytest.mark.tools("iverilog", "vvp")
+@pytest.mark.parametrize("std", cosim.IVERILOG_STDS)
 @pytest.mark.parametrize("width", [64, 512])
-def test_mixed_workload_matches_golden_model_and_amaranth(verilog, width):
-    res = _mixed(verilog, width, seed=width)
+def test_mixed_workload_matches_golden_model_and_amaranth(verilog, width, std):
+    """Compiled as Verilog-2005 and as SystemVerilog, the same frames in the same cycles."""
+    res = _mixed(verilog, width, seed=width, std=std)
     # the random tready pattern really stalled the engine in the middle of frames
     beats = res.beat_cycles
     assert any(b - a > 1 for a, b in zip(beats, beats[1:]))
@@ -156,7 +162,8 @@ def test_random_workload_slow(verilog, width, seed):
     qps, wrs = random_workload(n_qps=N_QP, messages=16, ops=list(OPS), min_size=0,
                                max_size=4000, pmtu=1024, seed=seed)
     res = cosim.cosimulate(config, qps, wrs, seed=seed, p_idle=0.1, p_stall=0.1,
-                           verilog=verilog(width), amaranth=True)
+                           verilog=verilog(width), amaranth=True,
+                           std=cosim.IVERILOG_STDS[seed % 2])
     assert res.violations == [] and res.statuses == []
     _check_frames(res.frames, expected_frames(config, qps, wrs, ip_id_start=IP_ID_START),
                   f"{width}-bit Verilog")
@@ -210,7 +217,8 @@ def test_refused_wrs_send_nothing_and_report(verilog, width):
     _same_as_amaranth(res)
 
 
-def test_length_mismatch_aborts_with_tuser(verilog):
+@pytest.mark.parametrize("std", cosim.IVERILOG_STDS)
+def test_length_mismatch_aborts_with_tuser(verilog, std):
     """A payload shorter than ``length`` ends the frame in flight with tuser (abort) = 1, reports
     LOC_LEN_ERR, puts the QP in ERROR (its next WR is refused) and leaves other QPs alone."""
     config = _config(64)
@@ -223,7 +231,7 @@ def test_length_mismatch_aborts_with_tuser(verilog):
            WorkItem(qp=2, opcode=W.RDMA_WRITE, payload=rng.randbytes(100), remote_addr=8,
                     r_key=3, wr_id=3)]
     res = cosim.cosimulate(config, qps, wrs, seed=4, p_idle=0.2, p_stall=0.2,
-                           verilog=verilog(64), amaranth=True)
+                           verilog=verilog(64), amaranth=True, std=std)
     assert res.violations == []
     assert [a for _, a in res.frames] == [False, True, False]
     # packet 0 of WR 1 went out whole; its second packet is the aborted frame (IP ID used)
@@ -272,3 +280,91 @@ def test_missing_iverilog_is_a_clear_error(monkeypatch):
 def test_bad_probabilities_are_refused():
     with pytest.raises(ValueError, match="p_stall"):
         cosim.cosimulate(_config(64), _qps(), [], p_stall=1.0)
+
+
+def test_amaranth_own_verilog_breaks_under_systemverilog(tmp_path):
+    """Why roce_hw.generate does not use amaranth.back.verilog as is: its ``always @*`` blocks,
+    started by a Verilog-2005-only time-0 trigger, leave constant-driven signals at x when the
+    file is compiled as SystemVerilog, and the frames break. The test can see it."""
+    from amaranth.back import verilog as amaranth_verilog
+    from roce_hw.top import TxTop
+    config = _config(64)
+    path = tmp_path / "roce_tx.v"
+    path.write_text(amaranth_verilog.convert(TxTop(config), name="roce_tx", emit_src=False))
+    assert "always @*" in path.read_text()
+    wrs = _mixed_wrs(5)[:6]
+    expect = expected_frames(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                             ip_id_start=IP_ID_START)
+    good = cosim.cosimulate(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                            verilog=path, std="2005")
+    assert [f for f, _ in good.frames] == expect
+    try:
+        bad = cosim.cosimulate(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                               verilog=path, std="2012", max_cycles=4000)
+    except cosim.CosimTimeout:
+        return
+    assert [f for f, _ in bad.frames] != expect or bad.violations
+
+
+# --- the store-and-forward top (build.py --no-underrun) ------------------------------------------
+
+def _gaps_inside_frames(res):
+    """Cycles without a beat between the first and the last beat of each frame."""
+    gaps, start = 0, None
+    beats = [e for e in res.events if e[0] == "B"]
+    for k, e in enumerate(beats):
+        if start is None:
+            start = k
+        if e[4]:                                      # tlast
+            cycles = [b[1] for b in beats[start:k + 1]]
+            gaps += (cycles[-1] - cycles[0]) - (len(cycles) - 1)
+            start = None
+    return gaps
+
+
+@pytest.mark.parametrize("std", cosim.IVERILOG_STDS)
+@pytest.mark.parametrize("width", [64, 512])
+def test_no_underrun_top_never_pauses_inside_a_frame(verilog, width, std):
+    """With idle cycles on the payload input and the MAC always ready, the bare engine pauses
+    inside frames and the --no-underrun top does not; both send the golden model's frames, and
+    the FIFO top's Verilog matches its Amaranth simulation cycle for cycle."""
+    config = _config(width)
+    qps, wrs = _qps(), _mixed_wrs(width + 7)
+    expect = expected_frames(config, qps, wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                             ip_id_start=IP_ID_START)
+    kw = dict(local_mac=LOCAL_MAC, local_ip=LOCAL_IP, seed=9, p_idle=0.3, p_stall=0.0, std=std)
+    bare = cosim.cosimulate(config, qps, wrs, verilog=verilog(width), **kw)
+    _check_frames(bare.frames, expect, f"{width}-bit engine")
+    assert _gaps_inside_frames(bare) > 0
+    opts = {"no_underrun": True}
+    fifo = cosim.cosimulate(config, qps, wrs, verilog=verilog(width, **opts), top_options=opts,
+                            amaranth=std == "2005", **kw)
+    assert fifo.violations == []
+    _check_frames(fifo.frames, expect, f"{width}-bit engine + frame FIFO")
+    assert _gaps_inside_frames(fifo) == 0
+    if std == "2005":
+        _same_as_amaranth(fifo)
+
+
+def test_no_underrun_top_drops_aborted_frames(verilog):
+    """The FIFO (default abort="drop") keeps an aborted frame from the MAC; the engine still
+    counts it in frames_aborted and reports LOC_LEN_ERR."""
+    config = _config(64)
+    qps = _qps()
+    rng = random.Random(5)
+    W = proto.WrOpcode
+    wrs = [WorkItem(qp=0, opcode=W.SEND, payload=rng.randbytes(300), length=600, wr_id=1),
+           WorkItem(qp=2, opcode=W.RDMA_WRITE, payload=rng.randbytes(100), remote_addr=8,
+                    r_key=3, wr_id=3)]
+    opts = {"no_underrun": True}
+    res = cosim.cosimulate(config, qps, wrs, seed=4, p_idle=0.2, p_stall=0.2,
+                           verilog=verilog(64, **opts), top_options=opts, amaranth=True)
+    assert res.violations == []
+    assert [a for _, a in res.frames] == [False, False]
+    assert res.counters["frames_aborted"] == 1 and res.counters["frames"] == 3
+    whole = WorkItem(qp=0, opcode=W.SEND, payload=wrs[0].payload + bytes(300))
+    assert res.frames[0][0] == expected_frames(config, qps, [whole], ip_id_start=IP_ID_START)[0]
+    assert [res.frames[1][0]] == expected_frames(config, qps, wrs[1:],
+                                                 ip_id_start=IP_ID_START + 2)
+    assert [(s["wr_id"], s["status"]) for s in res.statuses] == [(1, 1)]
+    _same_as_amaranth(res)

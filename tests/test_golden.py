@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The golden model against the real soft-RoCE captures in ../shared/golden (independent oracle)."""
+"""The golden model against the real soft-RoCE captures in tests/captures (independent oracle)."""
 
+import hashlib
+import re
 import shutil
 import struct
 import subprocess
@@ -39,6 +41,57 @@ def _roce_frames(golden_dir, name):
 
 def test_golden_files_present(golden_dir):
     assert sorted(p.name for p in golden_dir.glob("*.pcap")) == sorted(GOLDEN_FILES)
+
+
+def test_captures_match_their_readme(golden_dir):
+    """tests/captures/README.md lists every capture with its SHA-256: none changed unnoticed."""
+    readme = (golden_dir / "README.md").read_text()
+    listed = dict((name, digest) for digest, name in
+                  re.findall(r"^([0-9a-f]{64})  (\S+\.pcap)$", readme, re.M))
+    assert sorted(listed) == sorted(GOLDEN_FILES)
+    for name, digest in listed.items():
+        assert hashlib.sha256((golden_dir / name).read_bytes()).hexdigest() == digest, name
+        assert f"`{name}`" in readme, f"{name} not described in the README table"
+    assert "linlinw5/rdma_ib_tutorial" in readme
+
+
+def test_tests_need_nothing_outside_the_repository():
+    """No test builds a path into ../shared; only conftest's optional ``shared_dir`` does."""
+    from conftest import ROOT
+    pattern = re.compile(r"""/ *["']shared["']|["']\.\./shared|parent *\.parent */""")
+    for path in (ROOT / "tests").glob("*.py"):
+        if path.name != "conftest.py":
+            assert not pattern.search(path.read_text()), path.name
+
+
+def _excerpt_parts(text):
+    return re.findall(r"^<!-- begin PROTOCOL.md (.*?) -->\n(.*?)^<!-- end -->", text, re.S | re.M)
+
+
+def test_protocol_excerpt_is_a_verbatim_copy(shared_dir):
+    """When the full reference is at hand, every part of tests/reference/PROTOCOL_excerpt.md is
+    still copied from it verbatim."""
+    from conftest import PROTOCOL_EXCERPT
+    full = (shared_dir / "PROTOCOL.md").read_text()
+    parts = _excerpt_parts(PROTOCOL_EXCERPT.read_text())
+    assert [name for name, _ in parts] == ["section 2", "section 5.5"]
+    for name, body in parts:
+        assert body in full, f"{name} of the excerpt differs from {shared_dir}/PROTOCOL.md"
+
+
+def test_protocol_excerpt_has_what_the_tests_read(protocol_md):
+    parts = dict(_excerpt_parts(protocol_md))
+    assert "def rocev2_icrc" in parts["section 2"] and "def check_rocev2_frame" in parts["section 2"]
+    assert "Codes 0-30 map to" in parts["section 5.5"]
+    assert "RNR timer code:" in parts["section 5.5"]
+
+
+def test_captures_are_the_shared_golden_files(shared_dir, golden_dir):
+    """The copies in the repository are byte for byte the shared golden captures."""
+    for name in GOLDEN_FILES:
+        shared = shared_dir / "golden" / name
+        if shared.exists():
+            assert shared.read_bytes() == (golden_dir / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("name", GOLDEN_FILES)
@@ -86,7 +139,7 @@ def _int(s):
     return int(s, 0)
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+@pytest.mark.tools("tshark")
 @pytest.mark.parametrize("name", ["rdma_write_bw.pcap", "rdma_cm.pcap", "rping.pcap",
                                   "pingpong_ud.pcap", "rdma_atomic_bw.pcap"])
 def test_field_decode_agrees_with_tshark(golden_dir, name):

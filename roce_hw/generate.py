@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Verilog generation and lint: ``generate(config, out_dir)`` writes ``roce_tx.v`` and its port list.
+
+The emitted Verilog is meant to be dropped into other people's projects, so it is held to what
+they will run on it:
+
+* **Same behaviour as Verilog-2005 and as SystemVerilog.** Amaranth's own back end runs Yosys
+  ``proc -nomux`` and prints every combinational process as an ``always @*`` block made to run at
+  time 0 by a ``reg ... = 0`` trigger; that works only with Verilog-2001/2005 semantics of a
+  declaration initialiser, and compiled as SystemVerilog (``iverilog -g2012``, a ``.sv`` flow)
+  a block whose inputs never change stays ``x``. :func:`verilog_text` runs ``proc`` to the end
+  instead (decision trees become ``$mux``/``$pmux`` cells), so every combinational signal is a
+  continuous ``assign`` (a ``$pmux`` through a function) and the only ``always`` blocks are
+  clocked: no time-0 event is needed under either standard.
+* **Lint clean as users run it**: ``verilator --lint-only -Wall`` with no flags. The warning
+  classes that generation itself causes (:data:`LINT_OFF`) are switched off by ``lint_off``
+  pragmas in the file, stated in its header comment and switched back on at its end.
+"""
+
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["LINT_OFF", "VERILOG_KEYWORDS", "ToolMissing", "LintError", "check_module_name",
+           "verilog_text", "emit", "lint", "port_lines", "generate"]
+
+#: Verilator warning classes switched off inside every generated file, and why each is an
+#: artefact of generation rather than a finding in the design.
+LINT_OFF = {
+    "WIDTH": "Yosys writes each operand at its own width (RTLIL cells extend implicitly)",
+    "UNUSEDSIGNAL": "Amaranth keeps named intermediate signals whose bits are not all read",
+    "DECLFILENAME": "one file holds the top module and all of its submodules",
+    "CASEOVERLAP": "Yosys writes a one-hot $pmux as a casez function with overlapping patterns",
+    "VARHIDDEN": "those $pmux functions name their inputs a, b and s",
+}
+
+#: Reserved words of Verilog-2005 (IEEE 1364) and SystemVerilog-2017 (IEEE 1800): a module
+#: name must be none of them, since the file is compiled under both.
+VERILOG_KEYWORDS = frozenset("""
+always and assign automatic begin buf bufif0 bufif1 case casex casez cell cmos config deassign
+default defparam design disable edge else end endcase endconfig endfunction endgenerate endmodule
+endprimitive endspecify endtable endtask event for force forever fork function generate genvar
+highz0 highz1 if ifnone incdir include initial inout input instance integer join large liblist
+library localparam macromodule medium module nand negedge nmos nor noshowcancelled not notif0
+notif1 or output parameter pmos posedge primitive pull0 pull1 pulldown pullup
+pulsestyle_ondetect pulsestyle_onevent rcmos real realtime reg release repeat rnmos rpmos rtran
+rtranif0 rtranif1 scalared showcancelled signed small specify specparam strong0 strong1 supply0
+supply1 table task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg unsigned use
+uwire vectored wait wand weak0 weak1 while wire wor xnor xor
+accept_on alias always_comb always_ff always_latch assert assume before bind bins binsof bit
+break byte chandle checker class clocking const constraint context continue cover covergroup
+coverpoint cross dist do endchecker endclass endclocking endgroup endinterface endpackage
+endprogram endproperty endsequence enum eventually expect export extends extern final
+first_match foreach forkjoin global iff ignore_bins illegal_bins implements implies import
+inside int interconnect interface intersect join_any join_none let local logic longint matches
+modport nettype new nexttime null package packed priority program property protected pure rand
+randc randcase randsequence ref reject_on restrict return s_always s_eventually s_nexttime
+s_until s_until_with sequence shortint shortreal soft solve static string strong struct super
+sync_accept_on sync_reject_on tagged this throughout timeprecision timeunit type typedef union
+unique unique0 until until_with untyped var virtual void wait_order weak wildcard with within
+""".split())
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\Z")
+
+
+class ToolMissing(FileNotFoundError):
+    """An external program is not installed. ``tool`` is its name, ``package`` the Debian
+    package that provides it (the test suite's missing-tool policy keys on these)."""
+
+    is_missing_tool = True
+
+    def __init__(self, tool, package=None, what=""):
+        self.tool = tool
+        self.package = package or tool
+        super().__init__(f"{tool} is not installed{what} (apt-get install {self.package})")
+
+
+class LintError(Exception):
+    """Verilator reported a warning or an error."""
+
+
+def check_module_name(name):
+    """Return ``name`` if it is a legal plain Verilog identifier (ASCII letters, digits, ``_``,
+    ``$``; not starting with a digit or ``$``) that is no Verilog or SystemVerilog keyword; else
+    raise ``ValueError`` saying why."""
+    if not isinstance(name, str) or not _IDENT_RE.match(name):
+        raise ValueError(f"module name {name!r} is not a legal Verilog identifier (letters "
+                         f"a-z A-Z, digits, _ and $; not starting with a digit or $)")
+    if name in VERILOG_KEYWORDS:
+        raise ValueError(f"module name {name!r} is a Verilog/SystemVerilog keyword")
+    return name
+
+
+def _header(name):
+    from amaranth import __version__ as amaranth_version
+
+    from . import __version__
+    width = max(len(k) for k in LINT_OFF)
+    lines = [
+        f"// {name}: generated by roce-hw {__version__} (Amaranth {amaranth_version}, Yosys). "
+        f"Do not edit; regenerate.",
+        "// Plain Verilog-2005 that behaves the same when compiled as SystemVerilog: every",
+        "// combinational signal is a continuous assignment; the only always blocks are clocked.",
+        "// Lint: `verilator --lint-only -Wall` is clean on this file with no flags. These warning",
+        "// classes are switched off below (and on again at the end of the file) because they are",
+        "// artefacts of generation, not findings in the design:",
+    ]
+    lines += [f"//   {k:<{width}}  {v}" for k, v in LINT_OFF.items()]
+    lines += [f"/* verilator lint_off {k} */" for k in LINT_OFF]
+    return "\n".join(lines) + "\n"
+
+
+def _footer():
+    return "".join(f"/* verilator lint_on {k} */\n" for k in LINT_OFF)
+
+
+def verilog_text(component, name):
+    """Verilog of ``component`` (a ``wiring.Component``) as module ``name``, without source
+    locations, with the header and lint pragmas described in the module docstring."""
+    from amaranth._toolchain.yosys import find_yosys   # what amaranth.back.verilog uses
+    from amaranth.back import rtlil
+
+    check_module_name(name)
+    rtlil_text = rtlil.convert(component, name=name, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 40))
+    script = "\n".join([
+        f"read_rtlil <<rtlil\n{rtlil_text}\nrtlil",
+        "proc -norom",          # to completion: no process is left for an `always @*`
+        "memory_collect",
+        "write_verilog",
+    ])
+    text = yosys.run(["-q", "-"], script, ignore_warnings=True)
+    if "always @*" in text:    # pragma: no cover - would mean Yosys changed behaviour
+        raise RuntimeError("Yosys left a combinational always block in the output")
+    return _header(name) + text + _footer()
+
+
+#: Short name used by the tests and tools: ``emit(component, name)`` is :func:`verilog_text`.
+emit = verilog_text
+
+
+def lint(text, top, *, timeout=600):
+    """Run plain ``verilator --lint-only -Wall --top-module top`` (no waiver flag) on Verilog
+    ``text``. Raises :class:`LintError` with Verilator's messages on any warning or error (or if
+    it runs longer than ``timeout`` seconds) and :class:`ToolMissing` without Verilator."""
+    exe = shutil.which("verilator")
+    if exe is None:
+        raise ToolMissing("verilator")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{top}.v"
+        path.write_text(text)
+        try:
+            res = subprocess.run([exe, "--lint-only", "-Wall", "--top-module", top, str(path)],
+                                 capture_output=True, text=True, cwd=tmp, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise LintError(f"verilator did not finish within {timeout} s") from None
+    if res.returncode != 0 or "%Warning" in res.stderr or "%Error" in res.stderr:
+        raise LintError(res.stderr.strip() or f"verilator exited {res.returncode}")
+
+
+_lint = lint      # generate() has a parameter of the same name
+
+
+def port_lines(top, name):
+    """The port list of a flat top as text lines (``input [W-1:0] name``), clock and reset
+    last."""
+    from amaranth import Shape
+    from amaranth.lib.wiring import In
+
+    lines = []
+    for pname, member in top.signature.members.items():
+        width = Shape.cast(member.shape).width
+        direction = "input " if member.flow == In else "output"
+        lines.append(f"{direction} [{width - 1}:0] {pname}" if width > 1 else
+                     f"{direction} {pname}")
+    return lines + ["input  clk", "input  rst"]
+
+
+def _prepare_out_dir(out_dir):
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"output path {out} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot create output folder {out}: {e.strerror}") from None
+    probe = out / ".roce_hw_write_test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write into output folder {out}: {e.strerror}") from None
+    return out
+
+
+def generate(config, out_dir, *, name="roce_tx", lint=False, no_underrun=False,
+             fifo_depth=None, fifo_abort="drop", log=None):
+    """Emit the TX engine built from ``config`` as Verilog module ``name`` into ``out_dir``.
+
+    Writes ``out_dir/<name>.v`` (:class:`~roce_hw.top.TxTop`, see :func:`verilog_text`) and
+    ``out_dir/<name>_ports.txt`` (one port per line). ``no_underrun``, ``fifo_depth`` and
+    ``fifo_abort`` are passed to :class:`~roce_hw.top.TxTop`. With ``lint=True`` the file is
+    also checked with :func:`lint`. ``log`` (default: silent) receives progress lines.
+    Returns the path of the ``.v`` file.
+
+    Raises
+    ------
+    ValueError
+        An illegal module name or FIFO option (see :class:`~roce_hw.top.TxTop`).
+    OSError
+        ``out_dir`` cannot be created or written (the message names the folder).
+    LintError, ToolMissing
+        With ``lint=True``.
+    """
+    from .top import TxTop
+
+    log = log or (lambda *a: None)
+    check_module_name(name)
+    top = TxTop(config, no_underrun=no_underrun, fifo_depth=fifo_depth, fifo_abort=fifo_abort)
+    out = _prepare_out_dir(out_dir)
+    t0 = time.monotonic()
+    fifo = f", frame FIFO of {top.fifo_depth} beats" if no_underrun else ""
+    log(f"elaborating {name}: {config.data_width}-bit datapath, {config.n_qp} QPs{fifo} ...")
+    text = verilog_text(top, name)
+    vpath = out / f"{name}.v"
+    vpath.write_text(text)
+    log(f"wrote {vpath} ({len(text.splitlines())} lines, {time.monotonic() - t0:.1f} s)")
+    ports = out / f"{name}_ports.txt"
+    head = f"# ports of module {name} ({config.data_width}-bit, {config.n_qp} QPs{fifo})"
+    ports.write_text("\n".join([head] + port_lines(top, name)) + "\n")
+    log(f"wrote {ports}")
+    if lint:
+        log("linting with verilator --lint-only -Wall (no flags) ...")
+        _lint(text, name)
+        log("lint clean; switched off inside the file as artefacts of generation: "
+            + ", ".join(LINT_OFF))
+    return vpath
