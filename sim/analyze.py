@@ -5,8 +5,11 @@ Usage (from the repository root)::
 
     python -m sim.analyze CAPTURE [--json OUT] [--plot OUT.png] [--hw [--width W]] [--quiet]
 
-For every RoCEv2 frame (UDP destination port 4791; Ethernet, optional 802.1Q tag, IPv4 or IPv6)
-one line: frame number, time since the first frame, source and destination, opcode, dest QP,
+Captures: pcap (microsecond or nanosecond time stamps) and pcapng (tshark, dumpcap, ibdump), of
+Ethernet or of the Linux cooked link types SLL and SLL2 that ``tcpdump -i any`` writes (see
+:mod:`sim.pcap`). For every RoCEv2 frame (UDP destination port 4791; optional 802.1Q tag, IPv4
+or IPv6) one line: frame number, time since the first frame (to the nanosecond for captures with
+nanosecond time stamps), source and destination, opcode, dest QP,
 PSN, AckReq, RETH (VA, R_Key, length), ImmDt, decoded AETH (ACK/RNR/NAK, code, MSN), payload
 length, PadCnt and iCRC good/bad. Then a summary: frames per opcode; per flow (source, destination,
 dest QP and, for UD, source QP) the PSN gaps, duplicates, retransmissions and out-of-order
@@ -37,6 +40,7 @@ import hashlib
 import ipaddress
 import json
 import math
+import os
 import statistics
 import sys
 from collections import Counter
@@ -180,7 +184,8 @@ class _Flow:
 
 def format_frame(rec):
     """One text line for a per-frame record produced by :func:`analyze`."""
-    head = f"{rec['n']:6d} {rec['t']:12.6f} {rec['src']} -> {rec['dst']}"
+    digits = rec.get("t_digits", 6)
+    head = f"{rec['n']:6d} {rec['t']:{digits + 6}.{digits}f} {rec['src']} -> {rec['dst']}"
     if rec.get("error"):
         return f"{head} MALFORMED ({rec['error']}) icrc={rec['icrc']}"
     parts = [head, rec["opcode"], f"qp={rec['dest_qp']:#08x}", f"psn={rec['psn']}",
@@ -267,6 +272,9 @@ def analyze(packets, *, hw_width=None):
     :class:`HardwareCheckError` if it fails.
     """
     t0 = packets[0].time if packets else 0.0
+    t0_ns = packets[0].time_ns if packets else None
+    # nanosecond captures (simulated traffic: frames a few ns apart) get nanosecond times
+    digits = 9 if any(getattr(p, "resolution", 1e-6) < 1e-6 for p in packets) else 6
     records, flows = [], {}
     opcodes = Counter()
     non_roce = 0
@@ -278,8 +286,12 @@ def analyze(packets, *, hw_width=None):
         if not _is_rocev2(frame):
             non_roce += 1
             continue
-        rec = {"n": n, "t": pkt.time - t0, "time": pkt.time, "frame_len": len(frame),
-               "wire_len": pkt.wire_len}
+        if pkt.time_ns is not None and t0_ns is not None:
+            rel = (pkt.time_ns - t0_ns) / 1e9          # exact: no epoch-sized float in between
+        else:
+            rel = pkt.time - t0
+        rec = {"n": n, "t": rel, "t_digits": digits, "time": pkt.time,
+               "frame_len": len(frame), "wire_len": pkt.wire_len}
         try:
             rf = parse_frame(frame)
         except ValueError as e:
@@ -484,7 +496,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m sim.analyze",
         description="Decode a RoCEv2 capture, validate every iCRC and summarise PSNs and gaps.")
-    ap.add_argument("capture", help="pcap or pcapng file (Ethernet link type)")
+    ap.add_argument("capture", help="pcap or pcapng file (Ethernet, Linux cooked SLL or SLL2)")
     ap.add_argument("--json", metavar="OUT", help="also write the full report as JSON")
     ap.add_argument("--plot", metavar="OUT.png", help="draw the inter-packet-gap histograms")
     ap.add_argument("--hw", action="store_true",
@@ -516,7 +528,14 @@ def main(argv=None):
         rep = analyze(packets, hw_width=hw_width)
     except HardwareCheckError as e:     # e.g. an unsupported --width
         return _fail(str(e))
-    _print_report(rep, sys.stdout, quiet=args.quiet)
+    try:
+        _print_report(rep, sys.stdout, quiet=args.quiet)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``... | head``): stop printing, no traceback; the JSON, the plot
+        # and the exit status still follow
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     if args.json:
         clean = dict(rep)
         clean["flows"] = [{k: v for k, v in f.items() if not k.startswith("_")}

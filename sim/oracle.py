@@ -9,7 +9,8 @@ __all__ = ["protocol_icrc", "protocol_icrc_bytes"]
 
 
 def protocol_icrc(l3):
-    """PROTOCOL.md §2 ``rocev2_icrc`` (tests/reference/PROTOCOL_excerpt.md), line for line: the iCRC register value of ``l3`` (IPv4 or
+    """PROTOCOL.md §2 ``rocev2_icrc`` (tests/reference/PROTOCOL_excerpt.md), line for line: the
+    iCRC register value of ``l3`` (IPv4 or
     IPv6 header .. UDP .. BTH .. extension headers .. payload .. pad, **without** the iCRC).
 
     Kept apart from :mod:`roce_hw.model.icrc` on purpose, so that tests comparing the model or

@@ -385,3 +385,145 @@ def test_hw_checker_agrees_with_model(golden_dir, tmp_path):
     bad_width = run(golden_dir / "rdma_write_lat.pcap", "--hw", "--width", "100", "--quiet")
     _no_traceback(bad_width)
     assert bad_width.returncode == 2 and "100" in bad_width.stderr
+
+
+# --- captures users actually have: Linux cooked (SLL, SLL2), pcapng; CLI edges ---------------
+
+def _report(path, tmp_path, tag):
+    out = tmp_path / f"{tag}.json"
+    r = run(path, "--json", out, "--quiet")
+    _no_traceback(r)
+    rep = json.loads(out.read_text())
+    for rec in rep["packets"]:
+        rec.pop("time"), rec.pop("t")          # compared separately
+    rep.pop("file")
+    return r, rep
+
+
+@pytest.mark.parametrize("link", ["sll", "sll2"])
+@pytest.mark.parametrize("name", ["rdma_write_bw.pcap", "rdma_cm.pcap", "pingpong_ud.pcap"])
+def test_reads_linux_cooked_captures(golden_dir, tmp_path, name, link):
+    """The golden frames re-encapsulated as ``tcpdump -i any`` writes them (sim.pcap's
+    documented SLL/SLL2 writer) give the same report as the Ethernet originals."""
+    packets = read_capture(golden_dir / name)
+    cooked = tmp_path / f"{link}.pcap"
+    write_pcap(cooked, [(p.time, p.data) for p in packets], link=link)
+    assert struct.unpack_from("<I", cooked.read_bytes(), 20)[0] == \
+        {"sll": 113, "sll2": 276}[link]
+    r0, rep0 = _report(golden_dir / name, tmp_path, "eth")
+    r1, rep1 = _report(cooked, tmp_path, link)
+    assert r1.returncode == 0 and r1.stdout == r0.stdout
+    assert rep1 == rep0
+    back = read_capture(cooked)
+    assert [p.linktype for p in back] == [{"sll": 113, "sll2": 276}[link]] * len(packets)
+    assert [p.data[6:] for p in back] == [p.data[6:] for p in packets]   # all but the dst MAC
+
+
+_TSHARK_ROCE = ["frame.encap_type", "ip.src", "udp.dstport", "infiniband.bth.opcode",
+                "infiniband.bth.psn", "infiniband.bth.destqp"]
+
+
+def _tshark_rows(path):
+    cmd = ["tshark", "-r", str(path), "-Y", "udp.dstport == 4791", "-T", "fields",
+           "-E", "separator=;"]
+    for f in _TSHARK_ROCE:
+        cmd += ["-e", f]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [ln.split(";") for ln in res.stdout.splitlines() if ln.strip()]
+
+
+@pytest.mark.tools("tshark")
+@pytest.mark.parametrize("link, encap", [("sll", "25"), ("sll2", "210")])
+def test_tshark_decodes_our_cooked_captures(golden_dir, tmp_path, link, encap):
+    """An outside decoder agrees that the SLL/SLL2 writer makes Linux cooked captures of
+    RoCEv2 (UDP 4791) frames: same IP, BTH opcode, PSN and QP as the Ethernet originals."""
+    src = golden_dir / "rdma_write_bw.pcap"
+    cooked = tmp_path / f"{link}.pcap"
+    write_pcap(cooked, [(p.time, p.data) for p in read_capture(src)], link=link)
+    eth, ours = _tshark_rows(src), _tshark_rows(cooked)
+    assert len(ours) == len(eth) == 20
+    assert {row[0] for row in ours} == {encap}          # WTAP_ENCAP_SLL / WTAP_ENCAP_SLL2
+    assert [row[1:] for row in ours] == [row[1:] for row in eth]
+
+
+@pytest.mark.tools("tshark")
+@pytest.mark.parametrize("link", ["ethernet", "sll2"])
+def test_reads_tshark_pcapng(golden_dir, tmp_path, link):
+    """pcapng as tshark/dumpcap write it (also what ibdump's pcapng looks like: section header,
+    interface description, enhanced packet blocks), from Ethernet and from SLL2."""
+    src = golden_dir / "rping.pcap"
+    if link != "ethernet":
+        cooked = tmp_path / "in.pcap"
+        write_pcap(cooked, [(p.time, p.data) for p in read_capture(src)], link=link)
+        src = cooked
+    ng = tmp_path / "out.pcapng"
+    res = subprocess.run(["tshark", "-r", str(src), "-F", "pcapng", "-w", str(ng)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert ng.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"
+    r = run(ng, "--quiet")
+    _no_traceback(r)
+    assert r.returncode == 0 and _last_line(r.stdout) == "65 passed, 0 failed"
+
+
+def test_other_link_types_are_refused_clearly(tmp_path):
+    p = tmp_path / "wifi.pcap"
+    write_pcap(p, [bytes(60)])
+    data = bytearray(p.read_bytes())
+    struct.pack_into("<I", data, 20, 105)                 # IEEE 802.11
+    p.write_bytes(bytes(data))
+    r = run(p)
+    _no_traceback(r)
+    assert r.returncode == 2 and "link type 105 is not supported" in r.stderr
+    assert "113" in r.stderr and "276" in r.stderr
+
+
+def test_nanosecond_capture_shows_real_times(golden_dir, tmp_path):
+    """Simulated traffic is a few ns apart: a nanosecond pcap's time column shows it (the
+    column used to print 0.000000 for every frame)."""
+    frames = [p.data for p in read_capture(golden_dir / "rdma_write_lat.pcap")]
+    period = 1 / 322e6                                    # 3.1 ns cycles
+    p = tmp_path / "ns.pcap"
+    write_pcap(p, [(k * 7 * period, f) for k, f in enumerate(frames)], nanoseconds=True)
+    # then move every record to an epoch-sized time (1.7e9 s), where a float has no ns left
+    data = bytearray(p.read_bytes())
+    pos = 24
+    while pos < len(data):
+        sec, _, incl, _ = struct.unpack_from("<IIII", data, pos)
+        struct.pack_into("<I", data, pos, sec + 1_700_000_000)
+        pos += 16 + incl
+    p.write_bytes(bytes(data))
+    r = run(p)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines() if "icrc=" in ln]
+    times = [float(row[1]) for row in rows]
+    assert len(set(times)) == len(times) == 20
+    assert all(len(row[1].split(".")[1]) == 9 for row in rows)
+    n = [int(row[0]) for row in rows]
+    for k, t in zip(n, times):        # frame k at (k - 1) * 7 cycles, to the nanosecond
+        assert abs(t - (k - 1) * 7 * period) < 1.5e-9, (k, t)
+    # a microsecond capture keeps its 6 decimals
+    r = run(golden_dir / "rdma_write_lat.pcap")
+    row = next(ln.split() for ln in r.stdout.splitlines() if "icrc=" in ln)
+    assert len(row[1].split(".")[1]) == 6
+
+
+def test_broken_pipe_ends_quietly(golden_dir, tmp_path):
+    """``python -m sim.analyze CAPTURE | head``: no BrokenPipeError traceback."""
+    frames = [p.data for p in read_capture(golden_dir / "rdma_write_bw.pcap")] * 200
+    big = tmp_path / "big.pcap"
+    write_pcap(big, frames)                                # far more output than a pipe holds
+    proc = subprocess.Popen([sys.executable, "-m", "sim.analyze", str(big)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()                                    # what `head -1` does
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert b"icrc=" in first
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode in (0, 1)
+    # and through a real shell pipe
+    res = subprocess.run(f"{sys.executable} -m sim.analyze {big} | head -3", shell=True,
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert len(res.stdout.splitlines()) == 3 and "Traceback" not in res.stderr, res.stderr
