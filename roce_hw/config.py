@@ -38,18 +38,12 @@ class EngineConfig:
     ip_id_start : int
         Value of the IPv4 identification counter after reset (0 to 65535); the TX engine puts
         it in its first frame and adds 1 per frame (see :class:`roce_hw.tx.engine.TxEngine`).
-    low_latency : bool
-        TX engine: when it is idle, build the first packet's header and put its first beat
-        into the iCRC inserter in the cycle after the QP read (WR -> first byte 1 cycle
-        earlier), at the cost of a long combinational path from the QP RAM through the header
-        build to the inserter. ``False`` registers the header first (shorter paths).
     """
     data_width: int = 512
     n_qp: int = 16
     ack_req_every: int = 64
     ttl: int = 64
     ip_id_start: int = 0
-    low_latency: bool = True
 
     def __post_init__(self):
         check_data_width(self.data_width)
@@ -63,8 +57,6 @@ class EngineConfig:
         if isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or \
                 not 1 <= self.ttl <= 255:
             raise ValueError(f"ttl must be an integer from 1 to 255, not {self.ttl!r}")
-        if not isinstance(self.low_latency, bool):
-            raise ValueError(f"low_latency must be True or False, not {self.low_latency!r}")
         if isinstance(self.ip_id_start, bool) or not isinstance(self.ip_id_start, int) or \
                 not 0 <= self.ip_id_start <= 0xFFFF:
             raise ValueError(f"ip_id_start must be an integer from 0 to 65535, "

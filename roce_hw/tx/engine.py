@@ -8,7 +8,13 @@ from amaranth.lib.wiring import In, Out
 from ..config import EngineConfig
 from ..lib.stream import PacketSignature, frame_layout
 from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
-from ..verbs import WcStatus, status_layout, wr_layout
+from ..verbs import WcStatus, resume_layout, status_layout, wr_layout
+from ..lib.icrc import ICRCInserter
+from .builder import PacketBuilder
+from .commit import TX_VARIANTS, Commit
+from .cutter import PayloadCutter
+from .psn import PsnForward
+from .segmenter import Segmenter
 
 __all__ = ["TxEngine"]
 
@@ -129,14 +135,14 @@ class TxEngine(wiring.Component):
         If ``config`` is not an :class:`~roce_hw.config.EngineConfig`.
     """
 
-    def __init__(self, config, *, append_icrc=True):
+    def __init__(self, config):
         if not isinstance(config, EngineConfig):
             raise TypeError(f"expected an EngineConfig, not {config!r}")
         self._config = config
-        self._append_icrc = bool(append_icrc)
         w = config.data_width
         super().__init__({
             "wr": In(stream.Signature(wr_layout(config))),
+            "resume": In(stream.Signature(resume_layout(config))),
             "i": In(PacketSignature(w)),
             "o": Out(stream.Signature(frame_layout(w))),
             "status": Out(stream.Signature(status_layout(config))),
@@ -152,69 +158,67 @@ class TxEngine(wiring.Component):
         })
 
     @property
+    def latency(self):
+        """Cycles from a WR transfer (engine idle, payload valid, ``o`` ready) to the first beat
+        of its first frame on ``o``."""
+        # WR -> descriptor (2) -> commit; the payload's first beat reaches the header inserter
+        # 2 cycles after the commit (cutter command and output registers) and its first output
+        # beat 1 later; the iCRC inserter adds its latency + 1.
+        return 2 + 3 + ICRCInserter(self._config.data_width).latency + 1
+
+    @property
     def config(self):
         """The :class:`~roce_hw.config.EngineConfig` of this engine."""
         return self._config
 
     def elaborate(self, platform):
-        from .framer import TxFramer
         cfg = self._config
         m = Module()
         m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
-        m.submodules.framer = framer = TxFramer(cfg)
+        m.submodules.psn_fwd = fwd = PsnForward(cfg.n_qp)
+        m.submodules.segmenter = seg = Segmenter(cfg)
+        m.submodules.commit = com = Commit(cfg)
+        m.submodules.cutter = cut = PayloadCutter(cfg.data_width)
+        m.submodules.builder = bld = PacketBuilder(cfg.data_width, TX_VARIANTS)
+
+        # management and the QP table
         wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
         wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
-        wiring.connect(m, framer.tx_rd, table.tx_rd)
-        wiring.connect(m, framer.tx_upd, table.tx_upd)
         m.d.comb += [
             table.una_upd.valid.eq(0),
-            framer.mgmt_snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
-                                       table.mgmt_req.payload.write),
-            framer.mgmt_snoop_qp.eq(table.mgmt_req.payload.qp),
-            framer.local_mac.eq(self.local_mac),
-            framer.local_ip.eq(self.local_ip),
-            self.frames.eq(framer.frames),
-            self.frames_aborted.eq(framer.frames_aborted),
-            self.wrs_refused.eq(framer.wrs_refused),
-            self.status_dropped.eq(framer.status_dropped),
+            fwd.snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
+                               table.mgmt_req.payload.write),
+            fwd.snoop_qp.eq(table.mgmt_req.payload.qp),
         ]
-        wiring.connect(m, wiring.flipped(self.wr), framer.wr)
-        wiring.connect(m, wiring.flipped(self.i), framer.i)
-        wiring.connect(m, framer.status, wiring.flipped(self.status))
-        wiring.connect(m, wiring.flipped(self.ip_id_load), framer.ip_id_load)
-        if not self._append_icrc:
-            wiring.connect(m, framer.o, wiring.flipped(self.o))
-        else:
-            self._icrc(m, framer.o)
-        return m
-
-    def _icrc(self, m, src):
-        """``src`` (frames without iCRC, with ``abort``) -> ICRCInserter -> ``o``. The
-        inserter carries no side band, so the ``abort`` bit of each frame waits in a small FIFO
-        from the frame's last beat in to its last beat out (the inserter keeps frame order)."""
-        from ..lib.icrc import ICRCInserter
-        m.submodules.icrc = ins = ICRCInserter(self._config.data_width)
-        # frames inside the inserter: at most latency + 2 (one-beat frames back to back)
-        m.submodules.abort_fifo = af = fifo.SyncFIFO(width=1, depth=ins.latency + 4)
-        in_last = Signal()
-        out_last = Signal()
+        # requests -> segmenter -> commit -> (cutter, builder)
+        wiring.connect(m, wiring.flipped(self.wr), seg.wr)
+        wiring.connect(m, wiring.flipped(self.resume), seg.resume)
+        wiring.connect(m, seg.qp_rd, table.tx_rd)
+        wiring.connect(m, seg.o, com.i)
+        wiring.connect(m, com.tx_upd, table.tx_upd)
         m.d.comb += [
-            ins.i.valid.eq(src.valid & af.w_rdy),
-            ins.i.payload.data.eq(src.payload.data),
-            ins.i.payload.keep.eq(src.payload.keep),
-            ins.i.payload.first.eq(src.payload.first),
-            ins.i.payload.last.eq(src.payload.last),
-            src.ready.eq(ins.i.ready & af.w_rdy),
-            in_last.eq(src.valid & src.ready & src.payload.last),
-            af.w_en.eq(in_last),
-            af.w_data.eq(src.payload.abort),
-            self.o.valid.eq(ins.o.valid),
-            self.o.payload.data.eq(ins.o.payload.data),
-            self.o.payload.keep.eq(ins.o.payload.keep),
-            self.o.payload.first.eq(ins.o.payload.first),
-            self.o.payload.last.eq(ins.o.payload.last),
-            self.o.payload.abort.eq(ins.o.payload.last & af.r_rdy & af.r_data),
-            ins.o.ready.eq(self.o.ready),
-            out_last.eq(ins.o.valid & ins.o.ready & ins.o.payload.last),
-            af.r_en.eq(out_last),
+            fwd.q_qp.eq(seg.fwd_qp), seg.fwd_hit.eq(fwd.q_hit), seg.fwd_psn.eq(fwd.q_psn),
+            seg.fwd_err.eq(fwd.q_err),
+            seg.flush_valid.eq(com.flush_valid), seg.flush_tag.eq(com.flush_tag),
         ]
+        wiring.connect(m, com.wb, fwd.wb)
+        m.d.comb += [seg.wb.valid.eq(com.wb.valid), seg.wb.qp.eq(com.wb.qp),
+                     seg.wb.psn.eq(com.wb.psn), seg.wb.err.eq(com.wb.err)]
+        wiring.connect(m, com.cut, cut.cmd)
+        wiring.connect(m, cut.done, com.done)
+        wiring.connect(m, wiring.flipped(self.i), cut.i)
+        wiring.connect(m, com.hdr, bld.hdr)
+        wiring.connect(m, cut.o, bld.i)
+        wiring.connect(m, bld.o, wiring.flipped(self.o))
+
+        wiring.connect(m, com.status, wiring.flipped(self.status))
+        wiring.connect(m, wiring.flipped(self.ip_id_load), com.ip_id_load)
+        m.d.comb += [
+            com.local_mac.eq(self.local_mac),
+            com.local_ip.eq(self.local_ip),
+            self.frames.eq(com.frames),
+            self.frames_aborted.eq(com.frames_aborted),
+            self.wrs_refused.eq(com.wrs_refused),
+            self.status_dropped.eq(com.status_dropped),
+        ]
+        return m

@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Packet builder: frame header fields + payload packets -> RoCEv2 frames with iCRC."""
+
+from amaranth import *
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import proto
+from ..config import check_data_width
+from ..lib.header import HeaderInserter, inserter_hdr_layout
+from ..lib.icrc import ICRCInserter
+from ..lib.ipv4 import IPv4Checksum
+from ..lib.stream import FrameSignature
+
+__all__ = ["PacketBuilder"]
+
+
+class PacketBuilder(wiring.Component):
+    """Header fields + payload -> complete frames: a
+    :class:`~roce_hw.lib.header.HeaderInserter`, then an :class:`~roce_hw.lib.icrc.ICRCInserter`,
+    then the IPv4 header checksum.
+
+    The IPv4 checksum is computed beside the frame (:class:`~roce_hw.lib.ipv4.IPv4Checksum`,
+    from the header fields as they are taken) and written into the frame as it leaves the iCRC
+    inserter: the iCRC does not cover the IPv4 checksum (it is one of its masked fields), so the
+    checksum needs no place on the latency path. Frames with an ``abort`` payload keep it on
+    their last beat (the iCRC inserter carries no side band: the bit waits in a small FIFO).
+
+    Latency: ``hdr`` transfer to the first beat on ``o``: ``HeaderInserter.latency +
+    ICRCInserter(W).latency + 1`` cycles. Throughput: one beat per cycle, frames back to back.
+    Backpressure: ``o`` stalls everything; ``hdr`` waits while :data:`_CSUM_DEPTH` frames are
+    between ``hdr`` and their checksum beat.
+
+    Parameters
+    ----------
+    data_width : int
+    variants : sequence of tuple of proto.Header
+        Header variants; every one starts with Ethernet + IPv4.
+
+    Members
+    -------
+    hdr : ``In(stream.Signature(inserter_hdr_layout(variants)))``
+    i : ``In(FrameSignature(W))``
+        Payload packets (one per ``hdr`` with ``payload`` = 1).
+    o : ``Out(FrameSignature(W))``
+        Frames with iCRC, ``abort`` on the last beat of a frame to drop.
+    """
+
+    def __init__(self, data_width, variants):
+        self._width = check_data_width(data_width)
+        self._variants = tuple(tuple(v) for v in variants)
+        for v in self._variants:
+            if v[:2] != (proto.ETH, proto.IPV4):
+                raise ValueError(f"every variant must start with ETH, IPV4, not {v}")
+        super().__init__({
+            "hdr": In(stream.Signature(inserter_hdr_layout(self._variants))),
+            "i": In(FrameSignature(data_width)),
+            "o": Out(FrameSignature(data_width)),
+        })
+
+    @property
+    def latency(self):
+        """Cycles from a ``hdr`` transfer (idle builder) to the first beat on ``o``."""
+        return HeaderInserter.latency + ICRCInserter(self._width).latency + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self._width
+        n = w // 8
+        m.submodules.hins = hins = HeaderInserter(w, self._variants, abort=True)
+        m.submodules.icrc = icrc = ICRCInserter(w)
+        m.submodules.csum = csum = IPv4Checksum()
+
+        # checksums of frames between their `hdr` transfer and their checksum beat on `o`
+        depth = 16
+        m.submodules.csum_fifo = csum_fifo = fifo.SyncFIFOBuffered(width=16, depth=depth)
+        outstanding = Signal(range(depth + 1))
+        room = Signal(init=1)          # outstanding < depth, registered
+        hdr_go = Signal()
+        patch_go = Signal()
+        m.d.comb += [
+            hins.hdr.valid.eq(self.hdr.valid & room),
+            hins.hdr.payload.eq(self.hdr.payload),
+            self.hdr.ready.eq(hins.hdr.ready & room),
+            hdr_go.eq(self.hdr.valid & self.hdr.ready),
+            csum.i.valid.eq(hdr_go),
+            csum.i.payload.eq(self.hdr.payload.fields.ipv4),
+            csum_fifo.w_en.eq(csum.o.valid),
+            csum_fifo.w_data.eq(csum.o.payload),
+        ]
+        nxt = Signal.like(outstanding)
+        m.d.comb += nxt.eq(outstanding + hdr_go - patch_go)
+        m.d.sync += [outstanding.eq(nxt), room.eq(nxt < depth)]
+        wiring.connect(m, wiring.flipped(self.i), hins.i)
+
+        # header inserter -> iCRC inserter; `abort` waits in a FIFO beside it (frames inside
+        # the inserter: at most latency + 2, one-beat frames back to back)
+        m.submodules.abort_fifo = af = fifo.SyncFIFO(width=1, depth=icrc.latency + 4)
+        src = hins.o
+        m.d.comb += [
+            icrc.i.valid.eq(src.valid & af.w_rdy),
+            icrc.i.payload.data.eq(src.payload.data),
+            icrc.i.payload.keep.eq(src.payload.keep),
+            icrc.i.payload.first.eq(src.payload.first),
+            icrc.i.payload.last.eq(src.payload.last),
+            src.ready.eq(icrc.i.ready & af.w_rdy),
+            af.w_en.eq(src.valid & src.ready & src.payload.last),
+            af.w_data.eq(src.payload.abort),
+        ]
+
+        # the checksum goes into its beat as the frame leaves (offsets from proto)
+        off = proto.ETH.size + proto.IPV4.offset("checksum")[0]
+        beat_no, lane = divmod(off, n)
+        count = Signal(range(beat_no + 2))      # beats of the current frame out so far (sat.)
+        at_csum = Signal()
+        data_out = Signal(w)
+        m.d.comb += at_csum.eq(count == beat_no)
+        cs = csum_fifo.r_data
+        m.d.comb += data_out.eq(icrc.o.payload.data)
+        with m.If(at_csum):
+            # wire order: the checksum's high byte first
+            m.d.comb += [data_out[8 * lane:8 * lane + 8].eq(cs[8:16]),
+                         data_out[8 * lane + 8:8 * lane + 16].eq(cs[:8])]
+        out_go = Signal()
+        csum_ok = Signal()      # (always so in practice: the checksum is 5 cycles behind `hdr`)
+        m.d.comb += csum_ok.eq(~at_csum | csum_fifo.r_rdy)
+        m.d.comb += [
+            self.o.valid.eq(icrc.o.valid & csum_ok),
+            self.o.payload.data.eq(data_out),
+            self.o.payload.keep.eq(icrc.o.payload.keep),
+            self.o.payload.first.eq(icrc.o.payload.first),
+            self.o.payload.last.eq(icrc.o.payload.last),
+            self.o.payload.abort.eq(icrc.o.payload.last & af.r_rdy & af.r_data),
+            icrc.o.ready.eq(self.o.ready & csum_ok),
+            out_go.eq(self.o.valid & self.o.ready),
+            af.r_en.eq(out_go & icrc.o.payload.last),
+            patch_go.eq(out_go & at_csum),
+            csum_fifo.r_en.eq(patch_go),
+        ]
+        with m.If(out_go):
+            with m.If(icrc.o.payload.last):
+                m.d.sync += count.eq(0)
+            with m.Elif(count <= beat_no):
+                m.d.sync += count.eq(count + 1)
+        return m

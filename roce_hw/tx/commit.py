@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Commit: the in-order point of the TX path where a packet descriptor becomes a frame header."""
+
+from amaranth import *
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import layouts, proto
+from ..config import EngineConfig
+from ..lib.ipv4 import IPv4Identification
+from ..qp_state import qp_index_width, tx_upd_layout
+from ..verbs import WcStatus, status_layout
+from .cutter import cut_layout
+from .psn import WriteBackSignature
+from .segmenter import desc_layout
+
+__all__ = ["TX_VARIANTS", "hdr_layout", "Commit"]
+
+#: Header variants of the TX path, indexed by ``(reth << 1) | imm``.
+TX_VARIANTS = (
+    (proto.ETH, proto.IPV4, proto.UDP, proto.BTH),
+    (proto.ETH, proto.IPV4, proto.UDP, proto.BTH, proto.IMMDT),
+    (proto.ETH, proto.IPV4, proto.UDP, proto.BTH, proto.RETH),
+    (proto.ETH, proto.IPV4, proto.UDP, proto.BTH, proto.RETH, proto.IMMDT),
+)
+
+_STATUS_FIFO_DEPTH = 4
+
+
+def hdr_layout():
+    """The header stream to the packet builder (:class:`roce_hw.lib.header.HeaderInserter`'s
+    ``hdr`` for :data:`TX_VARIANTS`)."""
+    from ..lib.header import header_fields_layout
+    return data.StructLayout({"variant": range(len(TX_VARIANTS)), "payload": 1,
+                              "fields": header_fields_layout(TX_VARIANTS)})
+
+
+class Commit(wiring.Component):
+    """Takes packet descriptors in order and commits each: a header to the packet builder, a
+    command to the payload cutter, the IPv4 identification, the write-back of the QP's next PSN
+    at a message's end, and the reports of refused work requests.
+
+    Ordering. A packet is committed only when the payload of the packet before it has been
+    checked (``done``), so the fate of every earlier packet is known: after a length mismatch the
+    rest of that message is flushed (``flush_*``, from the segmenter) and never committed, and
+    the QP's PSN/state is put right before a later message of the QP is committed:
+
+    * mismatch in the first packet of a new message: nothing valid was sent; a write-back already
+      made for it (a one-packet message) is undone (``next_psn`` = its PSN);
+    * mismatch in a later packet (or in a resumed message): the QP goes to ERROR with ``next_psn``
+      = the aborted packet's PSN.
+
+    A write-back (``wb``, and the same on ``tx_upd``) is made when a new message's last packet is
+    committed (``next_psn`` = its PSN + 1) or when a mismatch needs one; no descriptor is committed
+    in the cycle after a write-back or a flush, so the segmenter's refresh of a waiting descriptor
+    has landed.
+
+    Throughput: one packet per cycle while packets have no payload; after a packet with payload,
+    the next one in the cycle its payload check comes back (one cycle after its last beat passed
+    the cutter). Latency: a descriptor is committed in the cycle it is presented when nothing
+    holds it; ``hdr``/``cut`` are driven from it combinationally.
+
+    Members
+    -------
+    i : ``In(stream.Signature(desc_layout(config)))``
+    hdr : ``Out(stream.Signature(hdr_layout()))``
+    cut : ``Out(stream.Signature(cut_layout(W)))``
+    done : ``In(stream.Signature(StructLayout({"mism": 1}), always_ready=True))``
+    wb : ``Out(WriteBackSignature(idx_width))``
+    flush_valid, flush_tag : ``Out(1)``
+    tx_upd : ``Out(stream.Signature(tx_upd_layout(n_qp)))``
+    status : ``Out(stream.Signature(status_layout(config)))``
+    local_mac, local_ip : ``In``
+    ip_id_load : ``In(stream.Signature(StructLayout({"value": 16})))``
+    frames, frames_aborted, wrs_refused, status_dropped : ``Out``
+        As in :class:`roce_hw.tx.engine.TxEngine`.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"expected an EngineConfig, not {config!r}")
+        self._config = config
+        qw = qp_index_width(config.n_qp)
+        super().__init__({
+            "i": In(stream.Signature(desc_layout(config))),
+            "hdr": Out(stream.Signature(hdr_layout())),
+            "cut": Out(stream.Signature(cut_layout(config.data_width))),
+            "done": In(stream.Signature(data.StructLayout({"mism": 1}), always_ready=True)),
+            "wb": Out(WriteBackSignature(qw)),
+            "flush_valid": Out(1), "flush_tag": Out(1),
+            "tx_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
+            "status": Out(stream.Signature(status_layout(config))),
+            "local_mac": In(48), "local_ip": In(32),
+            "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
+            "frames": Out(32), "frames_aborted": Out(32), "wrs_refused": Out(32),
+            "status_dropped": Out(16),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        n = cfg.data_bytes
+        lg = (n - 1).bit_length()
+        d = self.i.payload
+
+        # ---------------------------------------------------------------- gating
+        awaiting = Signal()       # a committed packet's payload is not checked yet
+        hold = Signal()           # a write-back or flush was made last cycle
+        mism_now = Signal()
+        ok_now = Signal()
+        m.d.comb += [mism_now.eq(self.done.valid & self.done.payload.mism),
+                     ok_now.eq(self.done.valid & ~self.done.payload.mism)]
+        can = Signal()
+        m.d.comb += can.eq(self.i.valid & ~hold & ~mism_now & (~awaiting | ok_now))
+        refused = Signal()
+        has_pay = Signal()
+        need_cut = Signal()
+        m.d.comb += [
+            refused.eq(d.refuse != 0),
+            has_pay.eq(d.pay_len != 0),
+            need_cut.eq(Mux(refused, d.has_payload, has_pay)),
+            self.hdr.valid.eq(can & ~refused & (~need_cut | self.cut.ready)),
+            self.cut.valid.eq(can & need_cut & (refused | self.hdr.ready)),
+        ]
+        take = Signal()
+        m.d.comb += [
+            take.eq(can & (refused | self.hdr.ready) & (~need_cut | self.cut.ready)),
+            self.i.ready.eq(take),
+        ]
+
+        # ---------------------------------------------------------------- header
+        m.submodules.ip_id = ip_id = IPv4Identification(cfg.ip_id_start)
+        m.d.comb += [
+            ip_id.inc.eq(self.hdr.valid & self.hdr.ready),
+            ip_id.load.valid.eq(self.ip_id_load.valid),
+            ip_id.load.payload.eq(self.ip_id_load.payload),
+            self.ip_id_load.ready.eq(1),
+        ]
+        f = self.hdr.payload.fields
+        m.d.comb += [
+            self.hdr.payload.variant.eq(Cat(d.imm, d.reth)),
+            self.hdr.payload.payload.eq(has_pay),
+            f.eth.dst.eq(d.remote_mac), f.eth.src.eq(self.local_mac),
+            f.eth.ethertype.eq(proto.ETHERTYPE_IPV4),
+            f.ipv4.version.eq(4), f.ipv4.ihl.eq(proto.IPV4.size // 4),
+            f.ipv4.dscp.eq(d.dscp), f.ipv4.ecn.eq(d.ecn),
+            f.ipv4.total_length.eq(d.tot_len), f.ipv4.identification.eq(ip_id.value),
+            f.ipv4.flag_df.eq(1), f.ipv4.ttl.eq(cfg.ttl), f.ipv4.protocol.eq(proto.IP_PROTO_UDP),
+            f.ipv4.src.eq(self.local_ip), f.ipv4.dst.eq(d.remote_ip),
+            f.udp.src_port.eq(d.udp_sport), f.udp.dst_port.eq(proto.ROCEV2_UDP_PORT),
+            f.udp.length.eq(d.udp_len),
+            f.bth.eq(d.bth),
+            f.reth.va.eq(d.va), f.reth.r_key.eq(d.r_key), f.reth.dma_length.eq(d.dma_length),
+            f.immdt.imm.eq(d.imm_data),
+        ]
+
+        # ---------------------------------------------------------------- cutter command
+        cnt = Signal(lg)
+        m.d.comb += cnt.eq(d.pay_len[:lg])        # bytes in the last beat, 0 meaning n
+        m.d.comb += [
+            self.cut.payload.beats.eq(d.beats),
+            self.cut.payload.pk.eq(Cat(*[(cnt == 0) | (cnt > j) if j < n - 1 else (cnt == 0)
+                                         for j in range(n)])),
+            self.cut.payload.lik.eq(Cat(*[(cnt == 0) | (cnt > (j & ~3)) for j in range(n)])),
+            self.cut.payload.last_msg.eq(d.last),
+            self.cut.payload.drain.eq(refused),
+        ]
+
+        # ---------------------------------------------------------------- the packet in flight
+        qw = len(d.qp)
+        fl = {"qp": Signal(qw, name="fl_qp"), "psn": Signal(24, name="fl_psn"),
+              "wr_id": Signal(64, name="fl_wr_id"), "tag": Signal(name="fl_tag"),
+              "last": Signal(name="fl_last"), "new": Signal(name="fl_new"),
+              "lead": Signal(name="fl_lead")}
+        open_msg = Signal()       # a message has packets committed and more to come
+        with m.If(take & ~refused):
+            m.d.sync += [fl["qp"].eq(d.qp), fl["psn"].eq(d.bth.psn), fl["wr_id"].eq(d.wr_id),
+                         fl["tag"].eq(d.tag), fl["last"].eq(d.last),
+                         fl["new"].eq(d.first & d.last), fl["lead"].eq(~open_msg),
+                         open_msg.eq(~d.last), awaiting.eq(has_pay)]
+        with m.Elif(self.done.valid):
+            m.d.sync += awaiting.eq(0)
+
+        # ---------------------------------------------------------------- write-backs, flush
+        wb_valid = Signal()
+        wb_qp = Signal(qw)
+        wb_psn = Signal(24)
+        wb_err = Signal()
+        psn_inc = Signal(24)
+        m.d.comb += psn_inc.eq(d.bth.psn + 1)
+        m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
+        with m.If(take & ~refused & d.last & ~d.resumed):
+            m.d.sync += [wb_valid.eq(1), wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
+        with m.If(mism_now):
+            with m.If(~fl["lead"]):
+                m.d.sync += [wb_valid.eq(1), wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]),
+                             wb_err.eq(1)]
+            with m.Elif(fl["new"]):
+                m.d.sync += [wb_valid.eq(1), wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]),
+                             wb_err.eq(0)]
+            with m.If(~fl["last"]):
+                m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]),
+                             open_msg.eq(0)]
+        m.d.comb += [
+            hold.eq(wb_valid | self.flush_valid),
+            self.wb.valid.eq(wb_valid), self.wb.qp.eq(wb_qp), self.wb.psn.eq(wb_psn),
+            self.wb.err.eq(wb_err),
+        ]
+        upd = tx_upd_layout(cfg.n_qp)
+        m.submodules.upd_fifo = upd_fifo = fifo.SyncFIFOBuffered(width=Shape.cast(upd).width,
+                                                                 depth=4)
+        upd_w = Signal(upd)
+        m.d.comb += [
+            upd_w.qp.eq(wb_qp), upd_w.psn_we.eq(1), upd_w.next_psn.eq(wb_psn),
+            upd_w.state_we.eq(wb_err), upd_w.state.eq(proto.QPState.ERROR),
+            upd_fifo.w_data.eq(upd_w), upd_fifo.w_en.eq(wb_valid),
+            self.tx_upd.valid.eq(upd_fifo.r_rdy), self.tx_upd.payload.eq(upd_fifo.r_data),
+            upd_fifo.r_en.eq(self.tx_upd.ready),
+        ]
+
+        # ---------------------------------------------------------------- status, counters
+        st = status_layout(cfg)
+        m.submodules.status_fifo = st_fifo = fifo.SyncFIFOBuffered(
+            width=Shape.cast(st).width, depth=_STATUS_FIFO_DEPTH)
+        st_push = Signal()
+        st_data = Signal(st)
+        with m.If(mism_now):
+            m.d.comb += [st_push.eq(1), st_data.wr_id.eq(fl["wr_id"]), st_data.qp.eq(fl["qp"]),
+                         st_data.status.eq(WcStatus.LOC_LEN_ERR)]
+        with m.Elif(take & refused):
+            m.d.comb += [st_push.eq(1), st_data.wr_id.eq(d.wr_id), st_data.qp.eq(d.qp),
+                         st_data.status.eq(d.refuse)]
+        m.d.comb += [
+            st_fifo.w_en.eq(st_push), st_fifo.w_data.eq(st_data),
+            self.status.valid.eq(st_fifo.r_rdy), self.status.payload.eq(st_fifo.r_data),
+            st_fifo.r_en.eq(self.status.ready),
+        ]
+        n_frames = Signal(32)
+        n_aborted = Signal(32)
+        n_refused = Signal(32)
+        n_dropped = Signal(16)
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += n_frames.eq(n_frames + 1)
+        with m.If(mism_now):
+            m.d.sync += n_aborted.eq(n_aborted + 1)
+        with m.If(mism_now | (take & refused)):
+            m.d.sync += n_refused.eq(n_refused + 1)
+        with m.If(st_push & ~st_fifo.w_rdy & (n_dropped != 0xFFFF)):
+            m.d.sync += n_dropped.eq(n_dropped + 1)
+        m.d.comb += [self.frames.eq(n_frames), self.frames_aborted.eq(n_aborted),
+                     self.wrs_refused.eq(n_refused), self.status_dropped.eq(n_dropped)]
+        return m
