@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Simulator set-up shared by tests and tools: clock, testbenches, a hard deadline, optional VCD."""
+"""Simulator set-up shared by tests and tools: clock, testbenches, a hard deadline, optional VCD,
+and progress lines for long runs."""
 
 import contextlib
 import os
+import sys
+import time
 from pathlib import Path
 
 from amaranth.sim import Simulator
 
-__all__ = ["CLOCK_PERIOD", "run_simulation", "vcd_requested"]
+__all__ = ["CLOCK_PERIOD", "Progress", "run_simulation", "vcd_requested"]
 
 #: Simulated clock period in seconds (the value only scales VCD time stamps).
 CLOCK_PERIOD = 1e-8
@@ -64,3 +67,44 @@ def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, 
     if len(finished) != len(tbs) or (done is not None and not done()):
         raise TimeoutError(f"simulation did not finish within {cycles} cycles "
                            f"({len(finished)}/{len(tbs)} testbenches done)")
+
+
+class Progress:
+    """Progress lines for long simulations, on stderr, at most one every ``interval`` seconds and
+    none before the first ``interval`` has passed (a short run prints nothing).
+
+    ``update(cycles, done, frames=None)`` is cheap enough to call every few hundred cycles;
+    ``finish(cycles, done, frames=None)`` prints a last line if any was printed before.
+    ``enabled=False`` (``--quiet``) silences it.
+    """
+
+    def __init__(self, what, total=None, *, unit="messages", interval=5.0, stream=None,
+                 enabled=True, clock=time.monotonic):
+        self.what, self.total, self.unit = what, total, unit
+        self.interval, self.enabled, self.clock = interval, enabled, clock
+        self.stream = stream
+        self.start = self.last = clock()
+        self.lines = 0
+
+    def _line(self, cycles, done, frames):
+        elapsed = self.clock() - self.start
+        rate = cycles / elapsed if elapsed > 0 else 0.0
+        total = f"/{self.total}" if self.total is not None else ""
+        fr = f", {frames} frames" if frames is not None else ""
+        stream = self.stream or sys.stderr
+        stream.write(f"{self.what}: {done}{total} {self.unit}{fr}, {cycles} cycles, "
+                     f"{rate:,.0f} cycles/s, {elapsed:.0f} s\n")
+        stream.flush()
+        self.lines += 1
+
+    def update(self, cycles, done, frames=None):
+        if not self.enabled:
+            return
+        now = self.clock()
+        if now - self.last >= self.interval:
+            self.last = now
+            self._line(cycles, done, frames)
+
+    def finish(self, cycles, done, frames=None):
+        if self.enabled and self.lines:
+            self._line(cycles, done, frames)

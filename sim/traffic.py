@@ -56,6 +56,9 @@ CLOCK_MHZ = {64: 156.25, 128: 250.0, 256: 250.0, 512: 322.0, 1024: 322.0}
 #: Cycles of silence on the output after all input is consumed that end a simulation.
 QUIET_CYCLES = 200
 
+#: Simulated cycles between two calls of ``run_traffic``'s ``progress`` callback.
+PROGRESS_CYCLES = 512
+
 DEFAULT_LOCAL_MAC = 0x02_00_00_00_00_01
 DEFAULT_LOCAL_IP = int(ipaddress.IPv4Address("10.0.0.1"))
 
@@ -129,12 +132,15 @@ def _qp_context(q):
 
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                 seed=0, p_wr_idle=0.0, p_payload_idle=0.0, p_stall=0.0,
-                max_cycles=None, wr_gap=0):
+                max_cycles=None, wr_gap=0, progress=None):
     """Simulate a :class:`~roce_hw.tx.engine.TxEngine` built from ``config``.
 
     The QPs are written through the management port first; then the WRs are posted (each
     ``wr_gap`` cycles apart at the earliest) while the payload producer and the frame consumer run
     with the given idle/stall probabilities. Returns a :class:`TrafficResult`.
+
+    ``progress``, if given, is called every :data:`PROGRESS_CYCLES` simulated cycles as
+    ``progress(cycles, wrs_accepted, frames_sent)`` (e.g. :meth:`sim.harness.Progress.update`).
     """
     from roce_hw.tx.engine import TxEngine
     from sim.harness import run_simulation
@@ -206,6 +212,8 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
                 res.beat_cycles.append(state["cycle"])
                 ready_at_beat.append(ready_count)
             state["cycle"] += 1
+            if progress is not None and state["cycle"] % PROGRESS_CYCLES == 0:
+                progress(state["cycle"], len(res.wr_cycles), len(raw_frames))
 
     async def consume(ctx):
         cur, first, nbeat, idle = bytearray(), 0, 0, 0
@@ -331,15 +339,40 @@ def _check_bits(what, obj, widths):
             raise ValueError(f"{what}: {name} = {value} does not fit in {bits} bits")
 
 
+#: The keys a scenario file may use, per level (anything else is refused by name).
+SCENARIO_KEYS = {
+    "top level": ("width", "local_mac", "local_ip", "ip_id_start", "qps", "wrs"),
+    "qps": ("index", "remote_qpn", "remote_mac", "remote_ip", "udp_sport", "start_psn", "pmtu",
+            "dscp", "ecn", "p_key", "migreq"),
+    "wrs": ("qp", "opcode", "remote_addr", "r_key", "imm", "solicited", "payload_hex"),
+}
+
+
+def _check_keys(path, where, obj, level):
+    """Refuse unknown keys of ``obj`` (a JSON object at ``where``), naming them and the nearest
+    allowed key, as strictly as a datagram parser must."""
+    import difflib
+    if not isinstance(obj, dict):
+        raise ValueError(f"scenario {path}: {where} must be a JSON object, not {obj!r}")
+    allowed = SCENARIO_KEYS[level]
+    for key in obj:
+        if key not in allowed:
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"scenario {path}: {where}: unknown key {key!r}{hint}; allowed: "
+                             f"{', '.join(allowed)}")
+
+
 def load_scenario(path):
     """Read a scenario JSON file: returns ``(settings, qps, wrs)``.
 
     Raises
     ------
     ValueError
-        With a message naming the file and the problem: unreadable file or bad JSON, a missing
-        or malformed field, a value out of range, an unknown opcode or PMTU, or a WR on a QP
-        that the scenario does not set up.
+        With a message naming the file and the problem: unreadable file or bad JSON, an
+        unknown key at any level (:data:`SCENARIO_KEYS`: a typo such as ``"pmut"`` is named,
+        never ignored), a missing or malformed field, a value out of range, an unknown opcode
+        or PMTU, or a WR on a QP that the scenario does not set up.
     """
     try:
         doc = json.loads(Path(path).read_text())
@@ -347,6 +380,12 @@ def load_scenario(path):
         raise ValueError(f"cannot read scenario {path}: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"scenario {path}: the top level must be a JSON object")
+    _check_keys(path, "top level", doc, "top level")
+    for level in ("qps", "wrs"):
+        if level in doc and not isinstance(doc[level], list):
+            raise ValueError(f"scenario {path}: {level!r} must be a JSON list")
+        for n, entry in enumerate(doc.get(level, [])):
+            _check_keys(path, f"{level}[{n}]", entry, level)
     try:
         settings = {
             "width": doc.get("width"),
@@ -410,27 +449,61 @@ def summary(config, qps, wrs, res):
     return {"messages": messages, "totals": totals, "statuses": res.statuses}
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the text already states it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text:
+            return text
+        if action.default is None:
+            return text + " (default: not written)" if action.option_strings[0] in (
+                "--pcap", "--json") else text + " (default: none)"
+        return super()._get_help_string(action)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m sim.traffic", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--width", type=int, help=f"bus width in bits ({', '.join(map(str, DATA_WIDTHS))}; default 512)")
+    ap = argparse.ArgumentParser(prog="python -m sim.traffic", description=__doc__.split("\n\n")[0],
+                                 formatter_class=_HelpFormatter)
+    ap.add_argument("--width", type=int, default=None,
+                    help=f"bus width in bits ({', '.join(map(str, DATA_WIDTHS))}); default: the "
+                         f"scenario's \"width\", else 512")
     ap.add_argument("--qps", type=int, default=2, help="number of QPs (random mode)")
     ap.add_argument("--messages", type=int, default=20, help="number of WRs (random mode)")
     ap.add_argument("--ops", default="write,write_imm,send,send_imm",
-                    help="comma-separated opcodes to draw from: " + ",".join(OPS))
-    ap.add_argument("--min-size", type=int, default=0)
-    ap.add_argument("--max-size", type=int, default=4096)
-    ap.add_argument("--pmtu", type=int, default=1024, help="256, 512, 1024, 2048 or 4096")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--scenario", help="JSON file with QP contexts and an explicit WR list")
+                    help="comma-separated opcodes to draw from (random mode): " + ",".join(OPS))
+    ap.add_argument("--min-size", type=int, default=0,
+                    help="smallest payload in bytes (random mode)")
+    ap.add_argument("--max-size", type=int, default=4096,
+                    help="largest payload in bytes (random mode)")
+    ap.add_argument("--pmtu", type=int, default=1024,
+                    help="path MTU of every QP in bytes: 256, 512, 1024, 2048 or 4096 "
+                         "(random mode)")
+    ap.add_argument("--seed", type=int, default=1,
+                    help="seed of the random workload and of the idle/stall patterns")
+    ap.add_argument("--scenario", default=None,
+                    help="JSON file with QP contexts and an explicit WR list (see the module "
+                         "docstring); replaces the random workload")
     ap.add_argument("--stall", type=float, default=0.0,
-                    help="probability of idle/backpressure on every stream (default 0)")
-    ap.add_argument("--pcap", help="write the transmitted frames here")
-    ap.add_argument("--json", help="write the per-message records and totals here")
+                    help="probability of idle/backpressure cycles on every stream, in [0, 1)")
+    ap.add_argument("--pcap", default=None,
+                    help="write the transmitted frames here (nanosecond time stamps at the "
+                         "assumed clock of the width)")
+    ap.add_argument("--json", default=None,
+                    help="write the per-message records and totals here")
+    ap.add_argument("--quiet", action="store_true",
+                    help="no progress lines on stderr (by default they appear on runs longer "
+                         "than --progress-interval seconds)")
+    ap.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS",
+                    help="seconds between progress lines (messages posted, frames, cycles, "
+                         "rate) on stderr")
     args = ap.parse_args(argv)
 
     try:
         if not 0 <= args.stall < 1:
             raise ValueError(f"--stall {args.stall} must be a probability in [0, 1)")
+        if args.progress_interval < 0:
+            raise ValueError("--progress-interval must be >= 0 seconds")
         if args.scenario:
             settings, qps, wrs = load_scenario(args.scenario)
             width = args.width or settings["width"] or 512
@@ -456,14 +529,22 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits ...", file=sys.stderr)
+    from sim.harness import Progress
+    if not args.quiet:
+        print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits ...",
+              file=sys.stderr)
+    progress = Progress("sim.traffic", len(wrs), unit="messages posted",
+                        interval=args.progress_interval, enabled=not args.quiet)
     try:
         res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
                           local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall,
-                          p_payload_idle=args.stall, p_stall=args.stall)
+                          p_payload_idle=args.stall, p_stall=args.stall,
+                          progress=progress.update)
     except TimeoutError as e:    # the engine stopped moving: say so, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
+    progress.finish(res.beat_cycles[-1] + 1 if res.beat_cycles else 0, len(res.wr_cycles),
+                    len(res.frames))
     expect = expected_frames(config, qps, wrs, local_mac=settings["local_mac"],
                              local_ip=settings["local_ip"])
     got = res.good_frames

@@ -3,7 +3,7 @@
 
 import hashlib
 import json
-import shutil
+import re
 import subprocess
 import sys
 
@@ -109,7 +109,7 @@ def test_random_run_is_a_function_of_the_seed(tmp_path):
     assert {m["opcode"] for m in docs[0]["messages"]} <= {"write", "write_imm", "send", "send_imm"}
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+@pytest.mark.tools("tshark")
 def test_pcap_decodes_in_tshark(tmp_path):
     pcap = tmp_path / "t.pcap"
     res = _traffic("--width", "64", "--qps", "2", "--messages", "4", "--max-size", "600",
@@ -155,3 +155,113 @@ def test_bad_scenario_exits_2_with_a_clear_message(tmp_path, doc, word):
 def test_stall_outside_0_1_exits_2(stall):
     res = _traffic("--stall", stall, "--width", "64", "--messages", "1")
     assert res.returncode == 2 and "--stall" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("doc, words", [
+    # a typo at every level is named, with the key it probably meant
+    ({"qps": [dict(_QP0, pmut=1024)], "wrs": []}, ["qps[0]", "'pmut'", "'pmtu'"]),
+    ({"qps": [_QP0], "wrs": [{"qp": 0, "opcode": "write", "rkey": 5}]},
+     ["wrs[0]", "'rkey'", "'r_key'"]),
+    ({"qps": [_QP0], "wrs": [], "local_iq": "10.0.0.1"}, ["top level", "'local_iq'", "'local_ip'"]),
+    ({"qps": [_QP0], "wrs": [], "colour": "red"}, ["top level", "'colour'", "allowed:"]),
+    ({"qps": [_QP0, dict(_QP0, index=1, foo=1)], "wrs": []}, ["qps[1]", "'foo'"]),
+    ({"qps": [_QP0], "wrs": [{"qp": 0, "opcode": "write"}, {"qp": 0, "opcode": "send",
+                                                            "length": 3}]}, ["wrs[1]", "'length'"]),
+    ({"qps": {"index": 0}, "wrs": []}, ["'qps' must be a JSON list"]),
+    ({"qps": [_QP0], "wrs": ["write"]}, ["wrs[0] must be a JSON object"]),
+])
+def test_scenario_unknown_keys_are_refused_by_name(tmp_path, doc, words):
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(doc))
+    res = _traffic("--scenario", str(path), "--width", "64")
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    for w in words:
+        assert w in res.stderr, (w, res.stderr)
+
+
+def test_scenario_keys_are_the_ones_the_loader_reads():
+    """Every allowed key is read by load_scenario (none allowed and then silently ignored)."""
+    import inspect
+
+    from sim import traffic
+    src = inspect.getsource(traffic.load_scenario)
+    for level, keys in traffic.SCENARIO_KEYS.items():
+        for key in keys:
+            assert f'"{key}"' in src, (level, key)
+
+
+def test_help_has_text_and_default_for_every_option():
+    import argparse
+
+    from sim import traffic
+    res = _traffic("--help")
+    assert res.returncode == 0 and "usage: python -m sim.traffic" in res.stdout
+    text = " ".join(res.stdout.split())
+    parser_actions = []
+
+    def capture(self, *a, **k):
+        parser_actions.append(self)
+        raise SystemExit(0)
+    orig = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        with pytest.raises(SystemExit):
+            traffic.main([])
+    finally:
+        argparse.ArgumentParser.parse_args = orig
+    (parser,) = parser_actions
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help and len(action.help) > 10, action.option_strings
+        opt = action.option_strings[0]
+        assert opt in text, opt
+        if action.default is not False:            # flags are off unless given
+            fmt = parser._get_formatter()._get_help_string(action)
+            assert "default" in fmt, opt
+    # every default is shown in the help output
+    for opt, default in (("--qps", "2"), ("--messages", "20"), ("--pmtu", "1024"),
+                         ("--seed", "1"), ("--stall", "0.0"), ("--max-size", "4096"),
+                         ("--min-size", "0"), ("--progress-interval", "5.0")):
+        assert f"(default: {default})" in text, opt
+    assert "else 512" in text and "(default: not written)" in text
+
+
+def test_progress_lines(tmp_path):
+    """A run longer than --progress-interval reports messages, frames, cycles and rate on
+    stderr; --quiet and short runs print none."""
+    args = ["--width", "64", "--qps", "2", "--messages", "6", "--max-size", "800",
+            "--pmtu", "256", "--seed", "2"]
+    res = _traffic(*args, "--progress-interval", "0")
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("sim.traffic: ")]
+    assert len(lines) >= 2, res.stderr
+    for ln in lines:
+        assert re.fullmatch(r"sim\.traffic: \d+/6 messages posted, \d+ frames, \d+ cycles, "
+                            r"[\d,]+ cycles/s, \d+ s", ln), ln
+    assert lines[-1].startswith("sim.traffic: 6/6 messages posted")
+    quiet = _traffic(*args, "--progress-interval", "0", "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    short = _traffic(*args)                       # default interval 5 s: a short run is quiet
+    assert not [ln for ln in short.stderr.splitlines() if ln.startswith("sim.traffic: ")]
+    assert quiet.stdout == short.stdout == res.stdout
+
+
+def test_progress_helper():
+    import io
+
+    from sim.harness import Progress
+    now = [0.0]
+    out = io.StringIO()
+    p = Progress("x", 10, interval=5.0, stream=out, clock=lambda: now[0])
+    p.update(100, 1)
+    assert out.getvalue() == ""                   # nothing before the first interval
+    now[0] = 6.0
+    p.update(6000, 3, 2)
+    assert out.getvalue() == "x: 3/10 messages, 2 frames, 6000 cycles, 1,000 cycles/s, 6 s\n"
+    now[0] = 7.0
+    p.update(7000, 4)                             # at most one line per interval
+    assert out.getvalue().count("\n") == 1
+    p.finish(9000, 10, 8)
+    assert out.getvalue().splitlines()[-1].startswith("x: 10/10 messages, 8 frames, 9000")
