@@ -312,7 +312,6 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
             bridge.frames_out + bridge.aborted >= n_expected - state.get("refused_frames", 0)
 
     async def output(ctx):
-        bridge.aborted = 0
         await bridge.drive_output(ctx, dut.o, nbytes, done=out_done, cycle=state["cycle"])
         state["out"] = True
 

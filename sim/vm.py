@@ -475,6 +475,7 @@ class RxeBridge:
         self.unanswered = []              #: _Outstanding frames rxe never answered
         self.frames_out = 0               #: frames offered by the engine
         self.frames_in = 0                #: frames received from the guest
+        self.aborted = 0                  #: aborted frames seen by :meth:`drive_output`
         self._outstanding = []
         self._engine_qpn = {}             # guest QPN -> engine QPN
         self._blocked = {}                # guest QPN -> PSN rxe NAKed (or "dead")
@@ -600,7 +601,6 @@ class RxeBridge:
         last beat (aborted frames are not delivered; they are counted in :attr:`aborted`).
         Returns when ``done()`` is true (checked once per cycle). ``cycle`` is a one-element
         list updated with the cycle count, if given."""
-        self.aborted = getattr(self, "aborted", 0)
         ctx.set(stream.ready, 1)
         cur = bytearray()
         n = 0

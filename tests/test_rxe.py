@@ -143,6 +143,49 @@ def test_bridge_holds_for_acks_and_never_stalls():
     assert dropped.vm.sent == [] and dropped.capture[0].note == "dropped"
 
 
+def test_bridge_drive_input_keeps_arrival_cycles():
+    """The input slot (for the engine's future receive path) replays rxe's frames as packets,
+    never before the cycle they arrived at."""
+    from amaranth.hdl import ClockDomain, Module
+    from amaranth.lib import data, stream
+    from amaranth.sim import Simulator
+    width = 64
+    s = stream.Signature(data.StructLayout({"data": width, "keep": width // 8, "first": 1,
+                                            "last": 1})).create()
+    bridge = RxeBridge(_FakeVM())
+    frames = [bytes(range(20)), bytes(range(100, 108)), b"\x01"]
+    for cycle, f in zip((3, 4, 30), frames):
+        bridge.rx_queue.append((cycle, f))
+    got = []
+
+    async def consumer(ctx):
+        ctx.set(s.ready, 1)
+        cur, cycle = bytearray(), 0
+        while len(got) < len(frames):
+            _, _, valid, p = await ctx.tick().sample(s.valid, s.payload)
+            cycle += 1
+            if valid:
+                if not cur:
+                    start = cycle
+                cur += int(p.data).to_bytes(width // 8, "little")[:int(p.keep).bit_length()]
+                if p.last:
+                    got.append((start, bytes(cur)))
+                    cur = bytearray()
+
+    async def producer(ctx):
+        await bridge.drive_input(ctx, s, width // 8, done=lambda: len(got) == len(frames))
+
+    m = Module()
+    m.domains.sync = ClockDomain()
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(consumer)
+    sim.add_testbench(producer)
+    sim.run_until(1e-8 * 200)
+    assert [f for _, f in got] == frames
+    assert all(start >= arrival for (start, _), arrival in zip(got, (3, 4, 30)))
+
+
 def test_cli_usage_errors(capsys):
     with pytest.raises(SystemExit) as e:
         rxe.main(["--width", "100"])
@@ -183,6 +226,37 @@ def test_rxe_accepts_64(vm):
     qres = next(q for q in bad.qps if q.guest_qpn == qpn)
     assert (0x60, psn) in qres.nak_list, text             # PSN sequence error at the gap
     assert "out_of_seq_request" in bad.counters, text
+
+
+def test_rxe_as_requester_and_exec(vm):
+    """The agent's requester side (for the engine's future receive path): rxe's WRITE_IMM and
+    SEND reach the bridge as well-formed frames with a good iCRC; ``exec`` runs guest code."""
+    import base64
+    from roce_hw.model.icrc import frame_icrc_ok
+    from roce_hw.model.packet import parse_frame
+    assert vm.call("exec", code="import os\nresult = os.uname().release") == vm.info["kernel"]
+    q = vm.call("create_qp", mr_size=4096, recv_count=1, recv_size=256)
+    try:
+        vm.call("connect", handle=q["handle"], remote_qpn=proto.LOCAL_QPN_BASE + 3,
+                remote_ip=rxe.ENGINE_IP, rq_psn=0, sq_psn=0xFFFFFF, pmtu=1024)
+        data = bytes(range(256)) * 5
+        vm.call("mem_write", handle=q["handle"], offset=0, b64=base64.b64encode(data).decode())
+        vm.drain_frames()
+        assert vm.recv_frame(timeout=1.0) is None            # the guest says nothing unasked
+        vm.call("post_send", handle=q["handle"], opcode="write_imm", length=1100,
+                remote_addr=0x1234_5678_9ABC, rkey=0xCAFE, imm=0xDEADBEEF, wr_id=1)
+        vm.call("post_send", handle=q["handle"], opcode="send", length=7, offset=3, wr_id=2)
+        frames = [vm.recv_frame(timeout=5.0) for _ in range(3)]
+        assert None not in frames
+        parsed = [parse_frame(f) for f in frames]
+        assert all(frame_icrc_ok(f) for f in frames)
+        assert [p.bth["dest_qp"] for p in parsed] == [proto.LOCAL_QPN_BASE + 3] * 3
+        assert [p.bth["psn"] for p in parsed] == [0xFFFFFF, 0, 1]      # rxe wraps too
+        assert parsed[0].payload + parsed[1].payload == data[:1100]
+        assert parsed[2].payload == data[3:10]
+        assert vm.call("query_qp", handle=q["handle"])["state"] == "RTS"
+    finally:
+        vm.call("destroy_qp", handle=q["handle"])
 
 
 @pytest.mark.slow
