@@ -169,3 +169,59 @@ def test_build_py_is_a_thin_cli():
     text = (ROOT / "build.py").read_text()
     assert "verilog.convert" not in text and "FlatTop" not in text
     assert "from roce_hw.generate import" in text
+
+
+def _const_probe():
+    """A comb process whose input never changes after time 0: ``y`` is 0 unless ``a``."""
+    from amaranth import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    class Probe(wiring.Component):
+        a: In(1)
+        y: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            with m.If(self.a):
+                m.d.comb += self.y.eq(9)
+            with m.Else():
+                m.d.comb += self.y.eq(5)
+            return m
+    return Probe()
+
+
+_TB = """module tb;
+  reg a = 1'b0;
+  wire [3:0] y;
+  probe dut(.a(a), .y(y));
+  initial begin #10 $display("y=%b", y); $finish; end
+endmodule
+"""
+
+
+@pytest.mark.tools("iverilog", "vvp")
+def test_same_behaviour_as_verilog_2005_and_systemverilog(tmp_path):
+    """Amaranth's own back end prints a comb process as an ``always @*`` block that runs at
+    time 0 only under Verilog-2005 rules: compiled as SystemVerilog, a block whose inputs never
+    change leaves its output at x. roce_hw.generate's output gives 5 both ways."""
+    from amaranth.back import verilog as amaranth_verilog
+
+    from roce_hw.generate import verilog_text
+
+    def run(text, std):
+        (tmp_path / "probe.v").write_text(text)
+        (tmp_path / "tb.v").write_text(_TB)
+        comp = subprocess.run(["iverilog", f"-g{std}", "-o", "tb.vvp", "-s", "tb", "tb.v",
+                               "probe.v"], cwd=tmp_path, capture_output=True, text=True)
+        assert comp.returncode == 0, comp.stderr
+        return subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, capture_output=True,
+                              text=True).stdout.strip()
+
+    theirs = amaranth_verilog.convert(_const_probe(), name="probe", emit_src=False)
+    assert "always @*" in theirs
+    assert run(theirs, "2005") == "y=0101"
+    assert run(theirs, "2012") == "y=xxxx"          # the trap this module avoids
+    ours = verilog_text(_const_probe(), "probe")
+    assert "always @*" not in ours
+    assert run(ours, "2005") == run(ours, "2012") == "y=0101"

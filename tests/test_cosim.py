@@ -282,30 +282,6 @@ def test_bad_probabilities_are_refused():
         cosim.cosimulate(_config(64), _qps(), [], p_stall=1.0)
 
 
-def test_amaranth_own_verilog_breaks_under_systemverilog(tmp_path):
-    """Why roce_hw.generate does not use amaranth.back.verilog as is: its ``always @*`` blocks,
-    started by a Verilog-2005-only time-0 trigger, leave constant-driven signals at x when the
-    file is compiled as SystemVerilog, and the frames break. The test can see it."""
-    from amaranth.back import verilog as amaranth_verilog
-    from roce_hw.top import TxTop
-    config = _config(64)
-    path = tmp_path / "roce_tx.v"
-    path.write_text(amaranth_verilog.convert(TxTop(config), name="roce_tx", emit_src=False))
-    assert "always @*" in path.read_text()
-    wrs = _mixed_wrs(5)[:6]
-    expect = expected_frames(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
-                             ip_id_start=IP_ID_START)
-    good = cosim.cosimulate(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
-                            verilog=path, std="2005")
-    assert [f for f, _ in good.frames] == expect
-    try:
-        bad = cosim.cosimulate(config, _qps(), wrs, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
-                               verilog=path, std="2012", max_cycles=4000)
-    except cosim.CosimTimeout:
-        return
-    assert [f for f, _ in bad.frames] != expect or bad.violations
-
-
 # --- the store-and-forward top (build.py --no-underrun) ------------------------------------------
 
 def _gaps_inside_frames(res):
