@@ -142,7 +142,9 @@ class HeaderInserter(wiring.Component):
     ``hdr.variant`` (each header is ``header.pack(fields)``, in the variant's order; ``H`` bytes
     in all), followed by the bytes of one packet taken from ``i`` if ``hdr.payload`` is 1. With
     ``hdr.payload == 0`` the frame is the header alone and nothing is taken from ``i``. The
-    frame is exactly ``ceil((H + payload bytes) / (W/8))`` beats. Lanes outside ``keep`` are 0.
+    frame is exactly ``ceil((H + payload bytes) / (W/8))`` beats. Lanes outside ``keep`` carry
+    0 or the input's own lanes outside its ``keep`` (a deterministic function of the inputs; not
+    zeroed, to keep the data path at two-three LUT levels).
 
     The realignment shift ``H mod (W/8)`` is one of at most ``len(variants)`` constants; it is
     registered one-hot with the header, so each output bit is one small multiplexer of the
@@ -290,22 +292,29 @@ class HeaderInserter(wiring.Component):
         n, w = geo.n, self._width
         shifts = geo.shifts
         smax = max(shifts)
+        cur = self.i.payload.data
+        keep = self.i.payload.keep
 
         load = Signal()
         src_valid, src_image, src_ctl = self._prefetch(m, geo, load)
 
         # header register: the header of the frame being output until its last reader beat
-        # ("pop"), then already the next frame's
+        # (the "pop": last header beat, or the junction beat that also holds the first payload
+        # bytes), then already the next frame's
         hd = Signal(geo.image_bytes * 8)
         hd_valid = Signal()
         hc = Signal(self._ctl_layout(geo))
         # after the pop: payload beats (post & ~tph) and the tail beat (post & tph)
         post = Signal()
         tph = Signal()
-        c_shift = Signal(len(shifts))
-        tail = Signal(smax * 8)
+        tail = Signal(smax * 8)         # input bytes that spill into the next output beat
         t_keep = Signal(n)
         t_abort = Signal()
+        # e_sh: one-hot realignment shift of the frame of the next beat that takes input
+        # (hc.shift until the pop, then kept until the frame's last input beat); e_all: the next beat takes no input (every lane from
+        # the header register or the tail)
+        e_sh = Signal(len(shifts))
+        e_all = Signal()
 
         therm0 = hc.therm[0]
         therm1 = hc.therm[1] if len(hc.therm) > 1 else C(0)
@@ -313,82 +322,92 @@ class HeaderInserter(wiring.Component):
         s0 = hc.shift[0] if shifts[0] == 0 else C(0)
 
         o_load = Signal()
-        act = Signal()          # the next beat reads the header register (header or junction)
-        cons = Signal()         # the next beat takes an input beat
+        act = Signal()          # the next beat reads the header register
         produce = Signal()
         pop = Signal()
-        sh = Signal(len(shifts))
         spill = Signal()
         p_end = Signal()
         m.d.comb += [
             o_load.eq(~self.o.valid | self.o.ready),
             act.eq(hd_valid & ~post),
-            cons.eq((act & hc.pop_in) | (post & ~tph)),
             self.i.ready.eq(o_load & ((hd_valid & ~post & hc.pop_in) | (post & ~tph))),
             produce.eq(o_load & ((act & (~hc.pop_in | self.i.valid)) |
                                  (post & (tph | self.i.valid)))),
             pop.eq(o_load & act & hc.pop_now & (~hc.pop_in | self.i.valid)),
             load.eq(src_valid & (~hd_valid | pop)),
-            sh.eq(Mux(post, c_shift, hc.shift)),
-            spill.eq(_or([sh[x] & self.i.payload.keep[n - s] for x, s in enumerate(shifts) if s])),
+            spill.eq(_or([e_sh[x] & keep[n - s] for x, s in enumerate(shifts) if s])),
             p_end.eq(self.i.payload.last & ~spill),
         ]
 
-        beat = self._beat(m, geo, hd, hc, act, cons, post, tph, sh, tail, t_keep, t_abort,
+        beat = self._beat(m, geo, hd, hc, act, post, tph, e_sh, e_all, tail, t_keep, t_abort,
                           p_end, s0, therm1)
         with m.If(o_load):
             m.d.sync += self.o.valid.eq(produce)
             with m.If(produce):
                 m.d.sync += self.o.payload.eq(beat)
-                # lanes beyond keep: 0 (a synchronous reset of the output register lanes)
-                for j in range(n):
-                    with m.If(~beat.keep[j]):
-                        m.d.sync += self.o.payload.data.word_select(j, 8).eq(0)
 
         # header register
+        hd_valid_n = Signal()
+        hc_n = Signal.like(hc)
+        m.d.comb += [hd_valid_n.eq(hd_valid), hc_n.eq(hc)]
         with m.If(load):
-            m.d.sync += [hd.eq(src_image), hc.eq(src_ctl), hd_valid.eq(1)]
+            m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(1)]
+            m.d.sync += hd.eq(src_image)
         with m.Elif(pop):
-            m.d.sync += hd_valid.eq(0)
+            m.d.comb += hd_valid_n.eq(0)
         with m.Elif(produce & act):         # a pure header beat that is not the last reader
-            m.d.sync += [
-                hd.eq(hd[w:]), hc.therm.eq(hc.therm[1:]), hc.first.eq(0),
-                hc.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
-                hc.pop_in.eq(~therm1 & hc.payload),
+            m.d.comb += [
+                hc_n.therm.eq(hc.therm[1:]), hc_n.first.eq(0),
+                hc_n.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
+                hc_n.pop_in.eq(~therm1 & hc.payload),
             ]
+            m.d.sync += hd.eq(hd[w:])
+        m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n)]
 
         # input beat: the bytes that spill into the next output beat, their keep, zeros above
-        cur = self.i.payload.data
-        keep = self.i.payload.keep
         spill_data = Signal(smax * 8)
         spill_keep = Signal(n)
         for j in range(smax):
-            on = [(x, sh[x] & keep[n - s + j]) for x, s in enumerate(shifts) if j < s]
+            on = [(x, e_sh[x] & keep[n - s + j]) for x, s in enumerate(shifts) if j < s]
             m.d.comb += [
                 spill_data.word_select(j, 8).eq(_or_bytes([
                     cur.word_select(n - shifts[x] + j, 8) & c.replicate(8) for x, c in on])),
                 spill_keep[j].eq(_or([c for _, c in on])),
             ]
-        with m.If(produce & cons):
+        with m.If(produce & ~e_all):
             m.d.sync += [tail.eq(spill_data), t_keep.eq(spill_keep)]
             if self._abort:
                 m.d.sync += t_abort.eq(self.i.payload.abort)
 
         # after the pop
+        post_n = Signal()
+        tph_n = Signal()
+        m.d.comb += [post_n.eq(post), tph_n.eq(tph)]
         with m.If(pop):
-            m.d.sync += c_shift.eq(hc.shift)
             with m.If(hc.pop_in):           # junction beat with payload
-                m.d.sync += [post.eq(~p_end), tph.eq(self.i.payload.last & spill)]
+                m.d.comb += [post_n.eq(~p_end), tph_n.eq(self.i.payload.last & spill)]
             with m.Else():                  # last header beat (shift 0) or header-only tail
-                m.d.sync += [post.eq(hc.payload & therm0), tph.eq(0)]
+                m.d.comb += [post_n.eq(hc.payload & therm0), tph_n.eq(0)]
         with m.Elif(produce & post):
             with m.If(tph | p_end):
-                m.d.sync += [post.eq(0), tph.eq(0)]
+                m.d.comb += [post_n.eq(0), tph_n.eq(0)]
             with m.Elif(self.i.payload.last):
-                m.d.sync += tph.eq(1)
+                m.d.comb += tph_n.eq(1)
+        # e_sh only matters for beats that take input: if the next one is a payload beat after
+        # the pop, the shift stays (it is this frame's); otherwise it is the next header's (the
+        # tail beat ignores it). "Next beat is a payload beat" needs i.last but not the spill.
+        next_p = Signal()
+        m.d.comb += next_p.eq((post & ~tph & ~(produce & self.i.payload.last)) |
+                              (pop & Mux(hc.pop_in, ~self.i.payload.last,
+                                         hc.payload & therm0)))
+        m.d.sync += [
+            post.eq(post_n), tph.eq(tph_n),
+            e_sh.eq(Mux(next_p, e_sh, hc_n.shift)),
+        ]
+        m.d.comb += e_all.eq((act & ~hc.pop_in) | tph)
         return m
 
-    def _beat(self, m, geo, hd, hc, act, cons, post, tph, sh, tail, t_keep, t_abort, p_end,
+    def _beat(self, m, geo, hd, hc, act, post, tph, e_sh, e_all, tail, t_keep, t_abort, p_end,
               s0, therm1):
         """The output beat being produced (combinational, registered by the caller)."""
         n = geo.n
@@ -397,30 +416,27 @@ class HeaderInserter(wiring.Component):
         cur = self.i.payload.data
         keep = self.i.payload.keep
         beat = Signal(self.o.payload.shape(), name="beat")
-        cs = Signal(len(shifts))        # shift of the input bytes, 0 when no input beat is taken
-        all_lo = Signal()               # every lane from the header register / tail
-        m.d.comb += [cs.eq(sh & cons.replicate(len(shifts))),
-                     all_lo.eq((act & ~hc.pop_in) | tph)]
         data_ = Signal(self._width)
         p_keep = Signal(n)
         for j in range(n):
+            # lane j from the header register / tail (below the shift, or every lane of a beat
+            # that takes no input), else from input lane j - shift
             lo_lane = Signal(name=f"lo_lane_{j}")
-            below = _or([sh[x] for x, s in enumerate(shifts) if j < s])
-            m.d.comb += lo_lane.eq(all_lo | below)
+            below = _or([e_sh[x] for x, s in enumerate(shifts) if j < s])
+            m.d.comb += lo_lane.eq(e_all | below)
             if j < smax:
                 lo_val = Mux(post, tail.word_select(j, 8), hd.word_select(j, 8))
             else:
                 lo_val = hd.word_select(j, 8) & (~post).replicate(8)
-            # (lanes beyond keep are zeroed at the output register, not here)
-            cur_val = _or_bytes([cur.word_select(j - s, 8) & cs[x].replicate(8)
+            cur_val = _or_bytes([cur.word_select(j - s, 8) & e_sh[x].replicate(8)
                                  for x, s in enumerate(shifts) if j >= s])
             m.d.comb += [data_.word_select(j, 8).eq(Mux(lo_lane, lo_val, cur_val)),
-                         p_keep[j].eq(below | _or([cs[x] & keep[j - s]
+                         p_keep[j].eq(below | _or([e_sh[x] & keep[j - s]
                                                    for x, s in enumerate(shifts) if j >= s]))]
         fin_h = Signal()
         m.d.comb += fin_h.eq(act & hc.therm[0] & ~therm1 & s0 & ~hc.payload)
         m.d.comb += [beat.data.eq(data_), beat.first.eq(act & hc.first)]
-        with m.If(cons):
+        with m.If(~e_all):
             m.d.comb += [beat.keep.eq(p_keep), beat.last.eq(p_end)]
             if self._abort:
                 m.d.comb += beat.abort.eq(self.i.payload.abort & p_end)
