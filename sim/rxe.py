@@ -250,7 +250,7 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
         from roce_hw import TxEngine
     except ImportError:                                   # pragma: no cover - older tree
         from roce_hw.tx_engine import TxEngine
-    config = EngineConfig(data_width=width, n_qp=max(16, len(setups)))
+    config = EngineConfig(data_width=width, n_qp=max(16, max(q.index for q in setups) + 1))
     dut = TxEngine(config)
     nbytes = width // 8
     state = {"setup": False, "posted": False, "payload": False, "out": False, "cycle": [0]}
@@ -562,9 +562,9 @@ def main(argv=None):
         epilog="Exit status: 0 all messages delivered exactly, 1 a failure, 2 usage or set-up "
                "error. The guest image is built on first use (apt-get download; cached in "
                "build/rxe-guest/).")
-    ap.add_argument("--width", type=int, default=64,
+    ap.add_argument("--width", type=int, default=None,
                     help=f"engine bus width in bits, one of {', '.join(map(str, DATA_WIDTHS))} "
-                         f"(default: %(default)s)")
+                         f"(default: the scenario's width, else 64)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
     ap.add_argument("--messages", type=int, default=20,
                     help="number of random messages (default: %(default)s)")
@@ -586,6 +586,18 @@ def main(argv=None):
                          "%(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     args = ap.parse_args(argv)
+    settings = {}
+    if args.scenario:
+        try:
+            settings, setups, msgs = _scenario(args.scenario)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if max(q.index for q in setups) >= 16384:
+            print("error: a scenario QP index is beyond 16383", file=sys.stderr)
+            return 2
+    if args.width is None:
+        args.width = settings.get("width") or 64
     if args.width not in DATA_WIDTHS:
         ap.error(f"--width {args.width} is not supported; choose one of "
                  f"{', '.join(map(str, DATA_WIDTHS))}")
@@ -597,16 +609,7 @@ def main(argv=None):
         ap.error("--reply-timeout must be positive")
     log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr,
                                                                    flush=True))
-    if args.scenario:
-        try:
-            settings, setups, msgs = _scenario(args.scenario)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        if len(setups) > 16:
-            print("error: the scenario has more than 16 QPs", file=sys.stderr)
-            return 2
-    else:
+    if not args.scenario:
         setups, msgs = random_messages(seed=args.seed, messages=args.messages, qps=args.qps,
                                        pmtu=args.pmtu)
     if args.corrupt is not None:

@@ -75,6 +75,16 @@ def _free_udp_port():
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """In the QEMU child before exec: be killed if this Python process dies (even SIGKILL)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):     # not Linux/glibc: the finaliser still kills it
+        pass
+
+
 def _kill(proc):
     """Kill QEMU (the finaliser and ``stop`` both end here)."""
     if proc.poll() is None:
@@ -172,7 +182,8 @@ class RxeVM:
                 cmd += ["-cpu", "host"]
             self.log(f"booting the rxe guest ({accel}, {self.image.key})")
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+                                         stderr=subprocess.PIPE, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
             self._finalizer = weakref.finalize(self, _kill, self.proc)
             self._eof = False
             self._reader = threading.Thread(target=self._read_serial, daemon=True)
@@ -195,7 +206,8 @@ class RxeVM:
                 raise VMError(f"{e}{': ' + err if err else ''}") from None
             self.info = ready["info"]
             self.boot_seconds = time.monotonic() - t0
-            self.log(f"guest ready in {self.boot_seconds:.1f} s: {self.info['kernel']}, "
+            self.log(f"guest ready in {self.boot_seconds:.1f} s (guest uptime "
+                     f"{self.info.get('uptime', 0):.1f} s): {self.info['kernel']}, "
                      f"{self.info['mac']} {self.info['ip']}")
             self.drain_frames()
             return self

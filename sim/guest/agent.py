@@ -156,7 +156,8 @@ class Agent:
                 "mtu": int(_read(f"/sys/class/net/{NETDEV}/mtu", "0")),
                 "active_mtu": 128 << self.ctx.query_port(PORT).active_mtu,
                 "gids": gid_table(), "gid_index": ipv4_gid_index(ip),
-                "python": sys.version.split()[0]}
+                "python": sys.version.split()[0],
+                "uptime": float(_read("/proc/uptime", "0").split()[0])}
 
     def counters(self):
         d = f"{SYSFS_PORT}/hw_counters"

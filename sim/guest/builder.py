@@ -60,6 +60,7 @@ SKIP_PACKAGES = frozenset({
 
 #: Trees dropped from the root to keep the initramfs small (documentation, locales, tests).
 _PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+          "usr/lib/x86_64-linux-gnu/gconv",
           "usr/share/lintian", "usr/lib/python3.11/test", "usr/lib/python3.11/idlelib",
           "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3",
           "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/pydoc_data")
