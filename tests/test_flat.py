@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from roce_hw.lib.flat import FlatTop
 from roce_hw.lib.stream import PacketSignature
 from sim.harness import run_simulation
-from sim.verilog import emit, lint
+from roce_hw.generate import emit, lint
 
 __all__ = []
 
