@@ -529,7 +529,7 @@ def report(run, out=sys.stdout):
     if run.counters:
         p("rxe counters: " + ", ".join(f"{k} +{v}" for k, v in sorted(run.counters.items())))
     p(f"{run.frames} frames in {run.cycles} cycles at {run.width} bits; simulation "
-      f"{run.sim_seconds:.1f} s of which {run.wait_seconds:.1f} s waiting for rxe; "
+      f"{run.sim_seconds:.1f} s of which {run.wait_seconds:.2f} s waiting for rxe; "
       f"{run.unanswered} AckReq frames unanswered")
     p(f"{run.passed} passed, {run.failed} failed")
 

@@ -45,9 +45,13 @@ def vm():
         yield machine
 
 
+#: rxe answers in about a millisecond; a loaded CI machine gets a wide margin.
+REPLY_TIMEOUT = 5.0
+
+
 def _run(vm, width, seed, messages, *, qps=5, pmtu=None, corrupt=None):
     setups, msgs = rxe.random_messages(seed=seed, messages=messages, qps=qps, pmtu=pmtu)
-    return rxe.run_rxe(vm, width, setups, msgs, corrupt=corrupt)
+    return rxe.run_rxe(vm, width, setups, msgs, corrupt=corrupt, reply_timeout=REPLY_TIMEOUT)
 
 
 def _assert_clean(run):
@@ -214,7 +218,7 @@ def test_rxe_accepts_64(vm):
     # A frame with payload followed by another frame on the same QP (which reveals the gap).
     k = next(i for i, (m, _, n) in enumerate(plan)
              if n and any(m2.qp == m.qp for m2, _, _ in plan[i + 1:]))
-    bad = rxe.run_rxe(vm, 64, setups, msgs, corrupt=k)
+    bad = rxe.run_rxe(vm, 64, setups, msgs, corrupt=k, reply_timeout=REPLY_TIMEOUT)
     out = io.StringIO()
     rxe.report(bad, out)
     text = out.getvalue()
