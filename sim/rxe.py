@@ -42,7 +42,7 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
 
-from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS, QPSetup, WorkItem
+from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS, QPSetup
 
 __all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "Message", "QPResult",
            "RxeRun", "random_messages", "plan_frames", "setup_guest", "simulate", "verify",
@@ -433,7 +433,9 @@ def verify(vm, bridge, setups, msgs, guest):
             elif wc["byte_len"] != len(m.payload):
                 why = f"completion byte_len {wc['byte_len']}, expected {len(m.payload)}"
             elif m.opcode in _IMM_OPS and wc.get("imm") != m.imm:
-                why = f"completion immediate {wc.get('imm')}, expected {m.imm:#x}"
+                got = wc.get("imm")
+                why = f"completion immediate {'none' if got is None else hex(got)}, " \
+                      f"expected {m.imm:#x}"
             elif m.opcode not in _IMM_OPS and "imm" in wc:
                 why = "completion carries an immediate the WR did not have"
             elif want_op == "RECV" and wc.get("data_sha256") != \

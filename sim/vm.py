@@ -23,7 +23,6 @@ reliability tests' fault injection).
 import collections
 import json
 import os
-import queue
 import select
 import socket
 import subprocess
@@ -31,7 +30,7 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["VMError", "AgentError", "RxeVM", "RxeBridge", "CapturedFrame", "RoceInfo",

@@ -5,7 +5,7 @@
 import argparse
 import sys
 
-from .builder import DEFAULT_BUILD_DIR, GuestBuildError, build_image, image_key
+from .builder import DEFAULT_BUILD_DIR, GuestBuildError, build_image, find_qemu, image_key
 
 __all__ = ["main"]
 
@@ -26,6 +26,7 @@ def main(argv=None):
         print(image_key())
         return 0
     try:
+        find_qemu()           # an image nobody can boot helps no one: say so first
         img = build_image(args.dir, force=args.force)
     except GuestBuildError as e:
         print(f"error: {e}", file=sys.stderr)
