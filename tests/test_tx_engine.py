@@ -69,6 +69,14 @@ class WR:
     solicited: bool = False
 
 
+@dataclass
+class Resume(WR):
+    """A resume request: ``payload`` is the whole message, ``sent`` what goes on ``i``."""
+    start_packet: int = 0
+    start_psn: int = 0
+    sent: bytes = b""
+
+
 def expected(config, qps, wrs, reconfig=None):
     """Reference behaviour built on the golden model: list of ``(qp, PacketSpec)`` sent
     (not aborted), list of status dicts, number of aborted frames. ``reconfig`` maps a WR
@@ -154,13 +162,18 @@ def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=
         for pos, x in enumerate(wrs):
             while p_wr_idle and rng_wr.random() < p_wr_idle:
                 await ctx.tick()
-            ctx.set(dut.wr.payload, {
+            fields = {
                 "wr_id": x.wr_id, "opcode": int(x.opcode), "qp": x.qp,
                 "remote_addr": x.remote_addr, "r_key": x.r_key, "length": x.length,
-                "imm": x.imm, "signaled": 1, "solicited": int(x.solicited)})
-            ctx.set(dut.wr.valid, 1)
-            await ctx.tick().until(dut.wr.ready)
-            ctx.set(dut.wr.valid, 0)
+                "imm": x.imm, "signaled": 1, "solicited": int(x.solicited)}
+            port = dut.wr
+            if isinstance(x, Resume):
+                port = dut.resume
+                fields.update(start_packet=x.start_packet, start_psn=x.start_psn)
+            ctx.set(port.payload, fields)
+            ctx.set(port.valid, 1)
+            await ctx.tick().until(port.ready)
+            ctx.set(port.valid, 0)
             if reconfig and pos in reconfig:
                 # let the engine drain (the WR's payload is sent by the other testbench)
                 await ctx.tick().repeat(400)
@@ -184,8 +197,9 @@ def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=
         while not st["setup"]:
             await ctx.tick()
         for x in wrs:
-            if x.payload:
-                await send_packet(ctx, dut.i, x.payload, w, rng=rng_in, p_idle=p_in_idle)
+            data = x.sent if isinstance(x, Resume) else x.payload
+            if data:
+                await send_packet(ctx, dut.i, data, w, rng=rng_in, p_idle=p_in_idle)
         st["sent"] = True
 
     async def consume(ctx):
@@ -612,3 +626,81 @@ def test_bad_config_raises():
         EngineConfig(ttl=0)
     with pytest.raises(ValueError, match="ip_id_start"):
         EngineConfig(ip_id_start=1 << 16)
+
+
+def _resume_run(width, seed, count=12):
+    """Random messages resumed at random packets (go-back-N restarts, PROTOCOL.md §5.10), mixed
+    with ordinary WRs on the same QPs: the engine's frames equal the model's
+    ``segment_message(..., start_packet=j)`` (MIDDLE/LAST, no RETH, the given PSNs, the payload
+    from byte j * PMTU); a resume neither uses nor moves the QP's next PSN."""
+    rng = random.Random(seed)
+    config = EngineConfig(data_width=width, ack_req_every=rng.choice([1, 2, 64]))
+    qps = make_qps(rng, 2)
+    for q in qps:
+        q.start_psn = rng.choice([0xFFFFFE, rng.randrange(1 << 24)])
+    items, want = [], []
+    psn = {q.index: q.start_psn for q in qps}
+    for k in range(count):
+        q = rng.choice(qps)
+        op = rng.choice(OPS)
+        n = rng.choice([0, 1, q.pmtu - 1, q.pmtu, q.pmtu + 1, rng.randrange(3 * q.pmtu + 6)])
+        body = rng.randbytes(n)
+        common = dict(wr_id=rng.randrange(1 << 64), opcode=op, qp=q.index, payload=body,
+                      length=n, remote_addr=rng.randrange(1 << 64), r_key=rng.randrange(1 << 32),
+                      imm=rng.randrange(1 << 32), solicited=bool(rng.randrange(2)))
+        kw = dict(pmtu=q.pmtu, remote_addr=common["remote_addr"], r_key=common["r_key"],
+                  imm=common["imm"], solicited=common["solicited"],
+                  ack_req_every=config.ack_req_every)
+        if rng.randrange(3):
+            npk = max(1, -(-n // q.pmtu))
+            j = rng.randrange(npk)
+            start = rng.randrange(1 << 24)
+            items.append(Resume(**common, start_packet=j, start_psn=start,
+                                sent=body[j * q.pmtu:]))
+            pkts = segment_message(op, body, start_psn=start, start_packet=j, **kw)
+        else:
+            items.append(WR(**common))
+            pkts = segment_message(op, body, start_psn=psn[q.index], **kw)
+            psn[q.index] = (pkts[-1].psn + 1) & proto.PSN_MASK
+        want += [(q, p) for p in pkts]
+    res = simulate(config, qps, items, seed=seed, p_wr_idle=0.2, p_in_idle=0.2, p_stall=0.2)
+    frames = [f for f, ab, _, _ in res["frames"]]
+    assert not any(ab for _, ab, _, _ in res["frames"])
+    assert res["statuses"] == []
+    assert len(frames) == len(want)
+    for k, (frame, (q, pkt)) in enumerate(zip(frames, want)):
+        exp = build_request_frame(q.path(config.ttl), pkt, ip_id=(config.ip_id_start + k) & 0xFFFF)
+        assert frame == exp, (f"frame {k}: psn {pkt.psn} opcode {pkt.opcode!r}\n"
+                              f" got {frame.hex()}\nwant {exp.hex()}")
+        if pkt.reth is None:
+            assert parse_frame(frame).reth is None
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_resume_matches_model(width):
+    _resume_run(width, seed=700 + width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [128, 256, 1024])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_resume_matches_model_other_widths(width, seed):
+    _resume_run(width, seed=seed * 1000 + width, count=20)
+
+
+def test_resume_outside_the_message_is_refused():
+    """A resume whose start packet is past the message's end is refused (LOC_QP_OP_ERR),
+    sends nothing, and the next request is unaffected."""
+    rng = random.Random(5)
+    config = EngineConfig(data_width=64)
+    qps = make_qps(rng, 1, pmtus=(256,))
+    q = qps[0]
+    body = rng.randbytes(600)                       # 3 packets at PMTU 256
+    bad = Resume(wr_id=77, opcode=WO.SEND, qp=q.index, payload=body, length=600,
+                 start_packet=3, start_psn=5, sent=b"")
+    good = WR(wr_id=78, opcode=WO.SEND, qp=q.index, payload=body, length=600)
+    res = simulate(config, qps, [bad, good], seed=1)
+    assert res["statuses"] == [{"wr_id": 77, "qp": q.index, "status": WcStatus.LOC_QP_OP_ERR}]
+    pkts = segment_message(WO.SEND, body, pmtu=256, start_psn=q.start_psn)
+    assert [f for f, _, _, _ in res["frames"]] == [
+        build_request_frame(q.path(), p, ip_id=k) for k, p in enumerate(pkts)]

@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
+from .arith import fast_inc
 
 __all__ = ["IPv4Checksum", "IPv4Identification"]
 
@@ -116,5 +117,5 @@ class IPv4Identification(wiring.Component):
         with m.If(self.load.valid):
             m.d.sync += self.value.eq(self.load.payload.value)
         with m.Elif(self.inc):
-            m.d.sync += self.value.eq(self.value + 1)
+            m.d.sync += self.value.eq(fast_inc(m, self.value, "value_inc"))
         return m

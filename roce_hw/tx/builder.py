@@ -88,9 +88,13 @@ class PacketBuilder(wiring.Component):
             csum_fifo.w_en.eq(csum.o.valid),
             csum_fifo.w_data.eq(csum.o.payload),
         ]
+        # counted from registered events: `room` lags by up to two frames, hence the margin
+        hdr_r = Signal()
+        patch_r = Signal()
         nxt = Signal.like(outstanding)
-        m.d.comb += nxt.eq(outstanding + hdr_go - patch_go)
-        m.d.sync += [outstanding.eq(nxt), room.eq(nxt < depth)]
+        m.d.sync += [hdr_r.eq(hdr_go), patch_r.eq(patch_go)]
+        m.d.comb += nxt.eq(outstanding + hdr_r - patch_r)
+        m.d.sync += [outstanding.eq(nxt), room.eq(nxt < depth - 2)]
         wiring.connect(m, wiring.flipped(self.i), hins.i)
 
         # header inserter -> iCRC inserter; `abort` waits in a FIFO beside it (frames inside
@@ -122,16 +126,17 @@ class PacketBuilder(wiring.Component):
             m.d.comb += [data_out[8 * lane:8 * lane + 8].eq(cs[8:16]),
                          data_out[8 * lane + 8:8 * lane + 16].eq(cs[:8])]
         out_go = Signal()
-        csum_ok = Signal()      # (always so in practice: the checksum is 5 cycles behind `hdr`)
-        m.d.comb += csum_ok.eq(~at_csum | csum_fifo.r_rdy)
+        # (the checksum is ready: it comes IPv4Checksum.latency + 1 cycles after `hdr`, the
+        # frame's first beat HeaderInserter.latency + ICRCInserter.latency + 1 cycles after it)
+        assert csum.latency + 1 < HeaderInserter.latency + icrc.latency + 1
         m.d.comb += [
-            self.o.valid.eq(icrc.o.valid & csum_ok),
+            self.o.valid.eq(icrc.o.valid),
             self.o.payload.data.eq(data_out),
             self.o.payload.keep.eq(icrc.o.payload.keep),
             self.o.payload.first.eq(icrc.o.payload.first),
             self.o.payload.last.eq(icrc.o.payload.last),
             self.o.payload.abort.eq(icrc.o.payload.last & af.r_rdy & af.r_data),
-            icrc.o.ready.eq(self.o.ready & csum_ok),
+            icrc.o.ready.eq(self.o.ready),
             out_go.eq(self.o.valid & self.o.ready),
             af.r_en.eq(out_go & icrc.o.payload.last),
             patch_go.eq(out_go & at_csum),

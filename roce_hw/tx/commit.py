@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import EngineConfig
+from ..lib.arith import Counter, fast_inc
 from ..lib.ipv4 import IPv4Identification
 from ..qp_state import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
@@ -116,8 +117,8 @@ class Commit(wiring.Component):
         has_pay = Signal()
         need_cut = Signal()
         m.d.comb += [
-            refused.eq(d.refuse != 0),
-            has_pay.eq(d.pay_len != 0),
+            refused.eq(d.refused),
+            has_pay.eq(d.has_pay),
             need_cut.eq(Mux(refused, d.has_payload, has_pay)),
             self.hdr.valid.eq(can & ~refused & (~need_cut | self.cut.ready)),
             self.cut.valid.eq(can & need_cut & (refused | self.hdr.ready)),
@@ -186,8 +187,7 @@ class Commit(wiring.Component):
         wb_qp = Signal(qw)
         wb_psn = Signal(24)
         wb_err = Signal()
-        psn_inc = Signal(24)
-        m.d.comb += psn_inc.eq(d.bth.psn + 1)
+        psn_inc = fast_inc(m, d.bth.psn, "psn_inc")
         m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
         with m.If(take & ~refused & d.last & ~d.resumed):
             m.d.sync += [wb_valid.eq(1), wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
@@ -235,18 +235,11 @@ class Commit(wiring.Component):
             self.status.valid.eq(st_fifo.r_rdy), self.status.payload.eq(st_fifo.r_data),
             st_fifo.r_en.eq(self.status.ready),
         ]
-        n_frames = Signal(32)
-        n_aborted = Signal(32)
-        n_refused = Signal(32)
-        n_dropped = Signal(16)
-        with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += n_frames.eq(n_frames + 1)
-        with m.If(mism_now):
-            m.d.sync += n_aborted.eq(n_aborted + 1)
-        with m.If(mism_now | (take & refused)):
-            m.d.sync += n_refused.eq(n_refused + 1)
-        with m.If(st_push & ~st_fifo.w_rdy & (n_dropped != 0xFFFF)):
-            m.d.sync += n_dropped.eq(n_dropped + 1)
-        m.d.comb += [self.frames.eq(n_frames), self.frames_aborted.eq(n_aborted),
-                     self.wrs_refused.eq(n_refused), self.status_dropped.eq(n_dropped)]
+        n_frames = Counter(m, 32, self.hdr.valid & self.hdr.ready, "n_frames")
+        n_aborted = Counter(m, 32, mism_now, "n_aborted")
+        n_refused = Counter(m, 32, mism_now | (take & refused), "n_refused")
+        n_dropped = Counter(m, 16, st_push & ~st_fifo.w_rdy, "n_dropped", saturate=True)
+        m.d.comb += [self.frames.eq(n_frames.value), self.frames_aborted.eq(n_aborted.value),
+                     self.wrs_refused.eq(n_refused.value),
+                     self.status_dropped.eq(n_dropped.value)]
         return m

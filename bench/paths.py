@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Logic depth of every register-to-register path of a synthesised netlist (Yosys JSON).
+
+Yosys' ``ltp`` names one longest path only. :func:`path_report` counts, for every endpoint (a
+flip-flop, shift-register or RAM input, or an output port), the most combinational cells on a
+path into it from a start point (a flip-flop, shift-register or RAM output, or an input port),
+the way ``ltp -noff`` counts them after the FF, SRL, RAM and I/O-buffer cells are deleted
+(TOOLCHAIN.md trap 3): every other cell (LUT, CARRY, MUXF, INV...) is one level. So a regression
+points at the registers where it starts and ends.
+"""
+
+import re
+import sys
+
+sys.setrecursionlimit(100000)
+
+__all__ = ["SEQUENTIAL", "path_report", "format_paths"]
+
+#: Cell types whose outputs start paths and whose inputs end them (Xilinx and ECP5 mapping).
+SEQUENTIAL = re.compile(r"^(FD\w*|SRL\w*|RAM\w*|URAM\w*|TRELLIS_FF|TRELLIS_DPR16X4|DP16KD|"
+                        r"PDPW16KD|IBUF|OBUF|BUFG\w*|\$scopeinfo)$")
+
+
+def _names(module):
+    """bit -> the most readable net name carrying it."""
+    best = {}
+    for name, net in module["netnames"].items():
+        hidden = net.get("hide_name", 0) or name.startswith("$")
+        for i, bit in enumerate(net["bits"]):
+            if isinstance(bit, str):
+                continue
+            label = f"{name}[{i}]" if len(net["bits"]) > 1 else name
+            key = (hidden, len(name))
+            if bit not in best or key < best[bit][0]:
+                best[bit] = (key, label)
+    return {bit: label for bit, (_, label) in best.items()}
+
+
+def path_report(netlist, top=None):
+    """``[(depth, start, end, cells)]`` for every endpoint, deepest first (``cells``: the cell
+    types of the path, last first).
+
+    ``netlist`` is Yosys' ``write_json`` output (a dict); ``top`` the module (the only one
+    with cells, by default). ``start``/``end`` are net names: the register (or port) a deepest
+    path into the endpoint starts at, and the endpoint's register (its output net) or port.
+    """
+    mods = netlist["modules"]
+    if top is None:
+        marked = [k for k, v in mods.items() if str(v.get("attributes", {}).get("top", "0"))
+                  .strip("0") != ""]
+        tops = marked or [k for k, v in mods.items() if v.get("cells")]
+        top = max(tops, key=lambda k: len(mods[k]["cells"]))
+    mod = mods[top]
+    names = _names(mod)
+    driver = {}            # bit -> (cell name or None for a port/constant, comb?)
+    for pname, port in mod["ports"].items():
+        if port["direction"] == "input":
+            for b in port["bits"]:
+                driver[b] = None
+    comb_inputs = {}       # comb cell -> list of input bits
+    for cname, cell in mod["cells"].items():
+        seq = bool(SEQUENTIAL.match(cell["type"]))
+        ins = []
+        for pin, bits in cell["connections"].items():
+            direction = cell["port_directions"].get(pin, "input")
+            for b in bits:
+                if isinstance(b, str):
+                    continue
+                if direction == "output":
+                    driver[b] = None if seq else cname
+                else:
+                    ins.append(b)
+        if not seq:
+            comb_inputs[cname] = ins
+    depth_of_cell = {}
+    start_of_cell = {}
+
+    visiting = set()
+    prev_of_cell = {}
+
+    def cell_depth(c):
+        if c in depth_of_cell:
+            return depth_of_cell[c], start_of_cell[c]
+        if c in visiting:
+            raise RuntimeError(f"combinational loop through {c}")
+        visiting.add(c)
+        best, start, via = 0, None, None
+        for x in comb_inputs[c]:
+            d, s = bit_depth(x)
+            if start is None or d > best:
+                best, start, via = d, s, driver.get(x)
+        visiting.discard(c)
+        depth_of_cell[c], start_of_cell[c] = best + 1, start or "constant"
+        prev_of_cell[c] = via
+        return depth_of_cell[c], start_of_cell[c]
+
+    def bit_depth(b):
+        cname = driver.get(b)
+        if cname is None:
+            return 0, names.get(b, str(b))
+        return cell_depth(cname)
+
+    report = {}
+    for cname, cell in mod["cells"].items():
+        if not SEQUENTIAL.match(cell["type"]) or cell["type"] == "$scopeinfo":
+            continue
+        outs = [b for pin, bits in cell["connections"].items()
+                if cell["port_directions"].get(pin) == "output" for b in bits
+                if not isinstance(b, str)]
+        end = names.get(outs[0], cname) if outs else cname
+        for pin, bits in cell["connections"].items():
+            if cell["port_directions"].get(pin) == "output":
+                continue
+            for b in bits:
+                if isinstance(b, str):
+                    continue
+                d, s = bit_depth(b)
+                if d and (end not in report or d > report[end][0]):
+                    report[end] = (d, s, driver.get(b))
+    for pname, port in mod["ports"].items():
+        if port["direction"] == "output":
+            for i, b in enumerate(port["bits"]):
+                if isinstance(b, str):
+                    continue
+                d, s = bit_depth(b)
+                end = f"{pname}[{i}]"
+                if d and (end not in report or d > report[end][0]):
+                    report[end] = (d, s, driver.get(b))
+
+    def trace(c):
+        cells = []
+        while c is not None:
+            cells.append(mod["cells"][c]["type"])
+            c = prev_of_cell.get(c)
+        return " <- ".join(cells)
+
+    rows = [(d, s, e, trace(c)) for e, (d, s, c) in report.items()]
+    rows.sort(key=lambda r: (-r[0], r[2]))
+    return rows
+
+
+def _base(name):
+    return re.sub(r"\[\d+\]$", "", name)
+
+
+def format_paths(rows, limit=None, min_depth=0, verbose=False):
+    """Text table of :func:`path_report` rows, one line per (start, end) register pair."""
+    seen = {}
+    for d, s, e, cells in rows:
+        if d < min_depth:
+            continue
+        key = (_base(s), _base(e))
+        if key not in seen:
+            seen[key] = (d, cells)
+    lines = [f"{d:3d}  {s} -> {e}" + (f"   [{cells}]" if verbose else "") for (s, e), (d, cells)
+             in sorted(seen.items(), key=lambda kv: -kv[1][0])]
+    return "\n".join(lines[:limit] if limit else lines)
+
+
+if __name__ == "__main__":
+    import json
+    rows = path_report(json.load(open(sys.argv[1])))
+    print(format_paths(rows, limit=int(sys.argv[2]) if len(sys.argv) > 2 else 40, verbose=True))
