@@ -17,7 +17,7 @@ from roce_hw.lib.header import (HeaderExtractor, HeaderInserter, check_variants,
                                 header_fields_layout)
 from roce_hw.model import header as model
 from sim.harness import run_simulation
-from sim.stream import beats_of, framing_error, stream_put
+from sim.stream import beats_of, framing_error, stream_get, stream_put
 from sim.verilog import emit
 
 ETH, IPV4, UDP, BTH = proto.ETH, proto.IPV4, proto.UDP, proto.BTH
@@ -342,3 +342,148 @@ def test_inserter_logic_depth(width, tmp_path):
     luts, ffs, depth = synth_xcup(HeaderInserter(width, VARIANTS), f"hins{width}", tmp_path)
     print(f"HeaderInserter({width}): {luts} LUT, {ffs} FF, {depth} levels")
     assert depth <= 4
+
+
+# --- extractor ------------------------------------------------------------------------------------
+
+RX_VARIANTS = VARIANTS[:5]
+_RX_CLASS = {(): 0, ("RETH",): 1, ("IMMDT",): 2, ("RETH", "IMMDT"): 3, ("AETH",): 4}
+RX_OPCODES = {}
+for _op in proto.Opcode:
+    _names = tuple(h.name for h in proto.opcode_headers(_op))
+    if _names in _RX_CLASS:
+        RX_OPCODES.setdefault(_RX_CLASS[_names], []).append(int(_op))
+
+
+def classify_py(prefix):
+    """Model classification of RX_VARIANTS by BTH opcode (unknown opcodes: variant 0)."""
+    op = prefix["bth"]["opcode"]
+    for v, ops in RX_OPCODES.items():
+        if op in ops:
+            return v
+    return 0
+
+
+def classify_hw(m, fields):
+    """The same as hardware: BTH opcode -> variant index."""
+    from amaranth.hdl import Signal
+    index = Signal(range(len(RX_VARIANTS)), name="rx_class")
+    with m.Switch(fields.bth.opcode):
+        for v, ops in RX_OPCODES.items():
+            if v:
+                with m.Case(*ops):
+                    m.d.comb += index.eq(v)
+    return index
+
+
+CM_VARIANTS = [ROCE, (ETH, IPV4, UDP, proto.CM_DATAGRAM)]
+
+
+def classify_cm_py(prefix):
+    return int(prefix["udp"]["dst_port"] == proto.CM_UDP_PORT)
+
+
+def classify_cm_hw(m, fields):
+    return fields.udp.dst_port == proto.CM_UDP_PORT
+
+
+def rx_fields(rng, variants, v):
+    fields = random_fields(rng, variants[v])
+    if variants is RX_VARIANTS:
+        fields["bth"]["opcode"] = rng.choice(RX_OPCODES[v])
+    elif variants is CM_VARIANTS:
+        fields["udp"]["dst_port"] = proto.CM_UDP_PORT if v else proto.ROCEV2_UDP_PORT
+    return fields
+
+
+def make_rx_frames(rng, width, variants, *, short=0.15, abort=False):
+    """(frame bytes, abort bit) with payloads of every interesting length, some cut short."""
+    frames = []
+    for length in payload_lengths(rng, width, variants):
+        v = rng.randrange(len(variants))
+        frame = model.insert(variants[v], rx_fields(rng, variants, v),
+                             bytes(rng.getrandbits(8) for _ in range(length)))
+        if rng.random() < short:
+            frame = frame[:rng.randrange(1, model.header_bytes(variants[v]))]
+        frames.append((frame, abort and rng.random() < 0.5))
+    rng.shuffle(frames)
+    return frames
+
+
+def run_extractor(width, variants, classify, frames, seed, *, p_idle=0.3, p_stall=0.3,
+                  abort=False, classify_model=None):
+    dut = HeaderExtractor(width, variants, classify=classify, abort=abort)
+    rng_i, rng_h, rng_o = (random.Random(seed * 5 + k) for k in range(3))
+    expected = [model.extract(variants, f, classify_model) for f, _ in frames]
+    hdrs, payloads = [], []
+
+    async def i_tb(ctx):
+        for frame, ab in frames:
+            await put_packet(ctx, dut.i, frame, width, rng_i, p_idle, abort=ab if abort else None)
+
+    async def h_tb(ctx):
+        for _ in frames:
+            hdrs.append(await stream_get(ctx, dut.hdr, rng=rng_h, p_stall=p_stall))
+
+    async def o_tb(ctx):
+        for e in expected:
+            if e != model.SHORT and e[2]:
+                payloads.append(await get_packet(ctx, dut.o, width, rng_o, p_stall, abort=abort))
+
+    beats = sum(-(-len(f) // (width // 8)) for f, _ in frames)
+    run_simulation(dut, [i_tb, h_tb, o_tb], cycles=20 * beats + 200,
+                   vcd_name=f"header_extractor_{width}")
+    it = iter(payloads)
+    for k, ((frame, ab), e, h) in enumerate(zip(frames, expected, hdrs)):
+        if e == model.SHORT:
+            assert h.short, f"frame {k}: short not flagged"
+            assert not h.payload
+            if abort:
+                assert h.abort == ab, f"frame {k}: hdr abort"
+            continue
+        v, fields, payload = e
+        assert not h.short, f"frame {k}"
+        assert h.variant == v, f"frame {k}"
+        assert h.payload == bool(payload), f"frame {k}"
+        for header in variants[v]:
+            name = header.name.lower()
+            got = {f: int(h.fields[name][f]) for f, _ in header.fields}
+            assert got == fields[name], f"frame {k}: {name}"
+        if payload:
+            data, ab_out = next(it)
+            assert data == payload, f"frame {k}: payload"
+            if abort:
+                assert ab_out == ab, f"frame {k}: payload abort"
+        elif abort:
+            assert h.abort == ab, f"frame {k}: hdr abort (no payload)"
+    return hdrs
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_extractor_random(width, seed):
+    rng = random.Random(seed)
+    run_extractor(width, RX_VARIANTS, classify_hw, make_rx_frames(rng, width, RX_VARIANTS),
+                  seed, classify_model=classify_py)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_extractor_cm_and_abort(width):
+    rng = random.Random(5)
+    run_extractor(width, CM_VARIANTS, classify_cm_hw,
+                  make_rx_frames(rng, width, CM_VARIANTS, abort=True), 5, abort=True,
+                  classify_model=classify_cm_py)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_extractor_single_variant(width):
+    rng = random.Random(6)
+    variants = [(ETH, IPV4, UDP)]
+    run_extractor(width, variants, None, make_rx_frames(rng, width, variants), 6)
+
+
+def test_extractor_needs_classify():
+    with pytest.raises(ValueError, match="classify"):
+        HeaderExtractor(64, RX_VARIANTS)
+    with pytest.raises(TypeError, match="callable"):
+        HeaderExtractor(64, RX_VARIANTS, classify=3)

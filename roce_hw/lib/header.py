@@ -458,5 +458,301 @@ def _or_bytes(terms):
     return result
 
 
+def _common_prefix(variants):
+    prefix = []
+    for headers in zip(*variants):
+        if all(h is headers[0] for h in headers):
+            prefix.append(headers[0])
+        else:
+            break
+    return tuple(prefix)
+
+
 class HeaderExtractor(wiring.Component):
-    """Placeholder, defined below."""
+    """Header extractor: splits each frame into its header fields and its payload.
+
+    Each frame on ``i`` gives one ``hdr`` transfer and, if it has payload bytes, one payload
+    packet on ``o`` (the bytes after the header, realigned to lane 0). The variant is chosen by
+    ``classify`` from the headers that all variants start with (their common prefix), decoded
+    from the frame; with a single variant no ``classify`` is needed.
+
+    The ``hdr`` transfer of a frame is offered when the beat holding the end of its header is
+    processed, i.e. before (or in the same cycle as) its first payload beat: a consumer may wait
+    for ``hdr`` before it takes the payload. ``hdr.payload`` is 0 for a frame that is exactly
+    the header; ``hdr.short`` is 1 for a frame shorter than its header (or than the common
+    prefix): then no payload packet follows, the rest of the frame is dropped, and only the
+    fields that arrived are meaningful (``variant`` too is meaningless if the frame ended inside
+    the common prefix). With ``abort=True`` the ``abort`` bit of a frame's last beat goes to the
+    payload's last beat, or, if the frame ends inside or exactly at the end of its header, to
+    ``hdr.abort``.
+
+    Structure: every input beat is written into a capture register (beat ``b`` of a frame at
+    lanes ``b * W/8``...) and passes two beat registers. The variant is classified from the
+    capture register when the beat completing the common prefix moves into the second register;
+    the second register's beat is then a pure header beat (dropped), the junction beat (header
+    end: ``hdr`` is emitted) or a payload beat; payload beats leave as
+    ``Cat(r2[shift:], r1[:shift])`` with the variant's registered one-hot shift ``H mod (W/8)``.
+
+    Latency: 3 cycles from an ``i`` transfer to ``o.valid`` / ``hdr.valid`` for the beat it
+    completes (when the following beat is already there or the frame ends).
+
+    Throughput: one input beat per cycle, no idle cycle between frames (as long as ``hdr`` and
+    ``o`` are taken).
+
+    Backpressure: ``o`` and ``hdr`` are driven from registers. ``i.ready`` is a function of
+    ``o.ready``, ``hdr.ready`` and registered state.
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width in bits, one of :data:`roce_hw.config.DATA_WIDTHS`.
+    variants : sequence of tuple of :class:`roce_hw.proto.Header`
+    classify : callable ``classify(m, fields) -> Value``, optional
+        Required with more than one variant. ``fields`` is a ``data.View`` of
+        :func:`header_fields_layout` where the headers of the common prefix are valid (the
+        others read 0); the returned value is the variant index (out of range: undefined).
+        It is evaluated on registers and its result is registered.
+    abort : bool
+        Use :func:`~roce_hw.lib.stream.frame_layout` beats on ``i`` and ``o`` and add ``abort``
+        to ``hdr``.
+
+    Members
+    -------
+    i : ``In(stream.Signature(packet_layout(W)))`` (``frame_layout(W)`` with ``abort``)
+        Frames.
+    hdr : ``Out(stream.Signature(extractor_hdr_layout(variants, abort=abort)))``
+        One transfer per frame: ``variant``, ``payload``, ``short``, [``abort``], ``fields``.
+    o : ``Out(stream.Signature(...))``, same layout as ``i``
+        Payload packets (frames with ``hdr.payload`` = 1).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad ``data_width``, ``variants``, ``abort``, or a missing/non-callable ``classify``.
+    """
+
+    #: Cycles from the ``i`` transfer of a beat to ``o.valid`` with the output beat it ends.
+    latency = 3
+
+    def __init__(self, data_width, variants, *, classify=None, abort=False):
+        self._width = check_data_width(data_width)
+        self._variants = check_variants(variants)
+        self._abort = _check_flag("abort", abort)
+        if classify is not None and not callable(classify):
+            raise TypeError(f"classify must be callable, not {classify!r}")
+        if classify is None and len(self._variants) > 1:
+            raise ValueError("several variants need a classify function")
+        self._classify = classify
+        beat = frame_layout(data_width) if abort else packet_layout(data_width)
+        super().__init__({
+            "i": In(stream.Signature(beat)),
+            "hdr": Out(stream.Signature(extractor_hdr_layout(self._variants, abort=abort))),
+            "o": Out(stream.Signature(beat)),
+        })
+
+    @property
+    def data_width(self):
+        return self._width
+
+    @property
+    def variants(self):
+        return self._variants
+
+    def _classify_variant(self, m, geo, cap, prefix):
+        """One-hot variant from the capture register (comb)."""
+        nv = len(self._variants)
+        cls = Signal(nv, name="cls")
+        if nv == 1:
+            m.d.comb += cls.eq(1)
+            return cls
+        view = Signal(header_fields_layout(self._variants), name="cls_fields")
+        pos = 0
+        for header in prefix:
+            lanes = cap[pos * 8:(pos + header.size) * 8]
+            m.d.comb += view[header.name.lower()].eq(layouts.from_lanes(lanes, header.size))
+            pos += header.size
+        index = Signal(range(nv), name="cls_index")
+        m.d.comb += index.eq(self._classify(m, view))
+        for v in range(nv):
+            m.d.comb += cls[v].eq(index == v)
+        return cls
+
+    def _fields(self, m, geo, raw, fv):
+        """``fields`` of the hdr stream from the header snapshot ``raw`` and one-hot ``fv``."""
+        layout = header_fields_layout(self._variants)
+        out = Signal(layout, name="x_fields")
+        offsets = {}
+        for v, variant in enumerate(self._variants):
+            pos = 0
+            for header in variant:
+                offsets.setdefault(header.name.lower(), []).append((v, pos))
+                pos += header.size
+        for name, header in _distinct_headers(self._variants).items():
+            lanes = Signal(header.bits, name=f"x_{name}_lanes")
+            by_off = {}
+            for v, off in offsets[name]:
+                by_off.setdefault(off, []).append(v)
+            for i in range(header.size):
+                if len(by_off) == 1:
+                    (off, _), = by_off.items()
+                    m.d.comb += lanes.word_select(i, 8).eq(raw.word_select(off + i, 8))
+                else:
+                    m.d.comb += lanes.word_select(i, 8).eq(_or_bytes([
+                        raw.word_select(off + i, 8) & _or([fv[v] for v in vs]).replicate(8)
+                        for off, vs in by_off.items()]))
+            m.d.comb += out[name].eq(layouts.from_lanes(lanes, header.size))
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        geo = _Geometry(self._width, self._variants)
+        n, w = geo.n, self._width
+        nv = len(self._variants)
+        shifts = geo.shifts
+        cb = geo.image_bytes // n                   # beats captured per frame
+        prefix = _common_prefix(self._variants) if nv > 1 else ()
+        pb = max(0, sum(h.size for h in prefix) - 1) // n   # beat completing the prefix
+        beat_layout = self.i.payload.shape()
+
+        # --- input: capture register and first beat register
+        ipos = Signal(cb + 1, init=1)               # one-hot index of the next input beat
+        cap = Signal(geo.image_bytes * 8)
+        r1 = Signal(beat_layout)
+        r1v = Signal()
+        r1pos = Signal(cb + 1)
+        adv1 = Signal()
+        m.d.comb += self.i.ready.eq(~r1v | adv1)
+        take = Signal()
+        m.d.comb += take.eq(self.i.valid & self.i.ready)
+        with m.If(take):
+            m.d.sync += [r1.eq(self.i.payload), r1pos.eq(ipos),
+                         ipos.eq(Mux(self.i.payload.last, 1,
+                                     Cat(C(0, 1), ipos[:cb - 1], ipos[cb - 1] | ipos[cb])))]
+            for q in range(cb):
+                with m.If(ipos[q]):
+                    m.d.sync += cap.word_select(q, w).eq(self.i.payload.data)
+        with m.If(take):
+            m.d.sync += r1v.eq(1)
+        with m.Elif(adv1):
+            m.d.sync += r1v.eq(0)
+
+        # --- classification and roles, registered as a beat moves from r1 to r2
+        cls = self._classify_variant(m, geo, cap, prefix)
+        fv = Signal(nv, init=1)     # one-hot variant of the frame in r2
+        fs = Signal(len(shifts), init=1)            # its one-hot shift
+        hraw = Signal(geo.image_bytes * 8)          # header snapshot
+        r2 = Signal(beat_layout)
+        r2v = Signal()
+        j2 = Signal()               # r2 is the junction beat (holds the header's end)
+        h2 = Signal()               # r2 is a pure header beat
+        adv2 = Signal()
+        m.d.comb += adv1.eq(r1v & (~r2v | adv2))
+        at_pb = r1pos[pb]
+        j_n = Signal()
+        h_n = Signal()
+        fs_cls = Signal(len(shifts))
+        for x in range(len(shifts)):
+            m.d.comb += fs_cls[x].eq(_or([cls[v] for v in range(nv) if geo.shift_index[v] == x]))
+        with m.If(at_pb):
+            m.d.comb += [
+                j_n.eq(_or([cls[v] for v in range(nv) if geo.beats[v] == pb])),
+                h_n.eq(_or([cls[v] for v in range(nv) if geo.beats[v] > pb])),
+            ]
+        with m.Elif(_or([r1pos[q] for q in range(pb)])):
+            m.d.comb += h_n.eq(1)
+        with m.Else():
+            m.d.comb += [
+                j_n.eq(_or([fv[v] & r1pos[geo.beats[v]] for v in range(nv)])),
+                h_n.eq(_or([fv[v] & _or([r1pos[q] for q in range(geo.beats[v])])
+                            for v in range(nv)])),
+            ]
+        with m.If(adv1):
+            m.d.sync += [r2.eq(r1), j2.eq(j_n), h2.eq(h_n), r2v.eq(1)]
+            with m.If(at_pb):
+                m.d.sync += [fv.eq(cls), fs.eq(fs_cls)]
+            with m.If(~r1pos[cb]):
+                m.d.sync += hraw.eq(cap)
+        with m.Elif(adv2):
+            m.d.sync += r2v.eq(0)
+
+        # --- the beat in r2
+        def at_shift(keep, delta):
+            """keep[s + delta] for the frame's shift s (1 below lane 0, 0 above the beat)."""
+            terms = []
+            for x, s in enumerate(shifts):
+                lane = s + delta
+                if lane < 0:
+                    terms.append(fs[x])
+                elif lane < n:
+                    terms.append(fs[x] & keep[lane])
+            return _or(terms)
+
+        k2s = Signal()              # r2 has a byte at lane s (payload bytes in it)
+        k2s1 = Signal()             # r2 has a byte at lane s - 1 (the whole header in it)
+        k1s = Signal()              # r1 has a byte at lane s (not all in this output beat)
+        s_zero = fs[0] if shifts[0] == 0 else C(0)
+        m.d.comb += [
+            k2s.eq(at_shift(r2.keep, 0)),
+            k2s1.eq(at_shift(r2.keep, -1)),
+            k1s.eq(at_shift(r1.keep, 0)),
+        ]
+        short = Signal()
+        hdr_evt = Signal()
+        out_evt = Signal()
+        need_r1 = Signal()
+        o_free = Signal()
+        h_free = Signal()
+        m.d.comb += [
+            short.eq(r2.last & (h2 | (j2 & ~k2s1))),
+            hdr_evt.eq(j2 | (h2 & r2.last)),
+            out_evt.eq(~h2 & (~r2.last | k2s)),
+            need_r1.eq(~h2 & ~r2.last & ~s_zero),
+            o_free.eq(~self.o.valid | self.o.ready),
+            h_free.eq(~self.hdr.valid | self.hdr.ready),
+            adv2.eq(r2v & (~need_r1 | r1v) & (~hdr_evt | h_free) & (~out_evt | o_free)),
+        ]
+
+        # hdr
+        fields = self._fields(m, geo, hraw, fv)
+        variant = Signal(range(nv))
+        for v in range(1, nv):
+            with m.If(fv[v]):
+                m.d.comb += variant.eq(v)
+        with m.If(h_free):
+            m.d.sync += self.hdr.valid.eq(adv2 & hdr_evt)
+        with m.If(adv2 & hdr_evt):
+            m.d.sync += [
+                self.hdr.payload.variant.eq(variant),
+                self.hdr.payload.payload.eq(j2 & (~r2.last | k2s)),
+                self.hdr.payload.short.eq(short),
+                self.hdr.payload.fields.eq(fields),
+            ]
+            if self._abort:
+                m.d.sync += self.hdr.payload.abort.eq(r2.last & r2.abort)
+
+        # payload beat: Cat(r2[s:], r1[:s])
+        data_ = Signal(w)
+        keep_ = Signal(n)
+        for j in range(n):
+            d_terms, k_terms = [], []
+            for x, s in enumerate(shifts):
+                if j + s < n:
+                    d_terms.append(r2.data.word_select(j + s, 8) & fs[x].replicate(8))
+                    k_terms.append(fs[x] & r2.keep[j + s])
+                else:
+                    d_terms.append(r1.data.word_select(j + s - n, 8) & fs[x].replicate(8))
+                    k_terms.append(fs[x] & ~r2.last & r1.keep[j + s - n])
+            m.d.comb += [data_.word_select(j, 8).eq(_or_bytes(d_terms)),
+                         keep_[j].eq(_or(k_terms))]
+        o_last = Signal()
+        m.d.comb += o_last.eq(r2.last | (r1.last & ~k1s))
+        with m.If(o_free):
+            m.d.sync += self.o.valid.eq(adv2 & out_evt)
+        with m.If(adv2 & out_evt):
+            m.d.sync += [
+                self.o.payload.data.eq(data_), self.o.payload.keep.eq(keep_),
+                self.o.payload.first.eq(j2), self.o.payload.last.eq(o_last),
+            ]
+            if self._abort:
+                m.d.sync += self.o.payload.abort.eq(Mux(r2.last, r2.abort, r1.abort & o_last))
+        return m
