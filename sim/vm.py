@@ -324,6 +324,10 @@ class RxeVM:
     def call(self, cmd, *, timeout=60.0, **args):
         """Run agent command ``cmd`` with keyword ``args``; returns its result or raises
         :class:`AgentError` (refused) / :class:`VMError` (no answer within ``timeout``)."""
+        return self.reply(self.request(cmd, **args), timeout=timeout)
+
+    def request(self, cmd, **args):
+        """Send agent command ``cmd`` without waiting; returns the id for :meth:`reply`."""
         if not self.alive:
             raise VMError("the VM is not running")
         with self._cond:
@@ -335,18 +339,27 @@ class RxeVM:
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError) as e:
             raise VMError(f"cannot talk to the guest: {e}") from None
+        return req_id
+
+    def reply(self, req_id, *, timeout=60.0):
+        """The result of request ``req_id`` (waiting up to ``timeout`` s; 0 polls: ``None``
+        if it has not arrived). Raises like :meth:`call`."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while req_id not in self._replies:
                 if self._eof:
-                    raise VMError(f"the guest went away during {cmd!r}{self._console_tail()}")
+                    raise VMError(f"the guest went away (request {req_id})"
+                                  f"{self._console_tail()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise VMError(f"no answer from the guest agent to {cmd!r} in {timeout} s")
+                    if timeout == 0:
+                        return None
+                    raise VMError(f"no answer from the guest agent to request {req_id} "
+                                  f"in {timeout} s")
                 self._cond.wait(left)
             msg = self._replies.pop(req_id)
         if not msg.get("ok"):
-            raise AgentError(f"{cmd}: {msg.get('error')}\n{msg.get('trace', '')}".rstrip())
+            raise AgentError(f"{msg.get('error')}\n{msg.get('trace', '')}".rstrip())
         return msg.get("result")
 
     # -- frames ----------------------------------------------------------------------------

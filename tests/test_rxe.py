@@ -239,6 +239,11 @@ def test_rxe_as_requester_and_exec(vm):
     from roce_hw.model.icrc import frame_icrc_ok
     from roce_hw.model.packet import parse_frame
     assert vm.call("exec", code="import os\nresult = os.uname().release") == vm.info["kernel"]
+    task = vm.call("spawn", code="import time\nwhile not getattr(agent, 'go', False):\n"
+                                 "    time.sleep(0.01)\nresult = 42")["task"]
+    assert vm.call("join", task=task)["done"] is False       # the agent is still serving
+    vm.call("exec", code="agent.go = True")
+    assert vm.call("join", task=task, timeout_ms=10000)["result"] == 42
     q = vm.call("create_qp", mr_size=4096, recv_count=1, recv_size=256)
     try:
         vm.call("connect", handle=q["handle"], remote_qpn=proto.LOCAL_QPN_BASE + 3,

@@ -12,8 +12,9 @@ repository. It talks on a serial port (``/dev/ttyS1``, raw mode) in JSON lines:
 Commands (see :data:`COMMANDS`): ``info``, ``create_qp``, ``connect``, ``query_qp``,
 ``post_recv``, ``post_send``, ``poll``, ``mem_hash``, ``mem_read``, ``mem_write``, ``counters``,
 ``neigh``, ``destroy_qp``, ``exec`` (run Python source in the agent, with its objects in scope:
-how later guest-side code such as a CM client is run without rebuilding the image), ``sh`` and
-``shutdown``. Addresses in requests and replies are integers; MACs and IPs are strings.
+how later guest-side code such as a CM client is run without rebuilding the image), ``spawn`` /
+``join`` (the same in a background thread, for code that waits on the simulated engine while
+the agent keeps answering), ``sh`` and ``shutdown``. Addresses in requests and replies are integers; MACs and IPs are strings.
 """
 
 import base64
@@ -23,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import tty
@@ -36,8 +38,8 @@ NETDEV = "eth0"
 SYSFS_PORT = f"/sys/class/infiniband/{DEVICE}/ports/{PORT}"
 
 COMMANDS = ("info", "create_qp", "connect", "query_qp", "post_recv", "post_send", "poll",
-            "mem_hash", "mem_read", "mem_write", "counters", "neigh", "destroy_qp", "exec", "sh",
-            "shutdown")
+            "mem_hash", "mem_read", "mem_write", "counters", "neigh", "destroy_qp", "exec",
+            "spawn", "join", "sh", "shutdown")
 
 #: ibv_qp_state names, index = value.
 QP_STATES = ("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN")
@@ -147,6 +149,7 @@ class Agent:
         self.qps = {}               # handle -> _QPEntry
         self.next_handle = 1
         self.scope = {"agent": self}  # namespace of ``exec``
+        self.tasks = {}               # spawn() number -> state
 
     # -- information -------------------------------------------------------------------
     def info(self):
@@ -369,6 +372,37 @@ class Agent:
         self.scope.pop("result", None)
         exec(compile(code, "<host>", "exec"), self.scope)
         return self.scope.get("result")
+
+    def spawn(self, code):
+        """Start Python ``code`` in a background thread (``agent`` in scope; its ``result``
+        is kept) and return ``{"task": N}`` at once, so that the agent keeps serving commands
+        while, e.g., a guest-side CM client waits for the simulated engine."""
+        task = {"done": False, "result": None, "error": None}
+        n = len(self.tasks) + 1
+        self.tasks[n] = task
+        scope = {"agent": self}
+
+        def run():
+            try:
+                exec(compile(code, f"<task {n}>", "exec"), scope)
+                task["result"] = scope.get("result")
+            except BaseException as exc:      # reported to the host, not raised here
+                task["error"] = f"{type(exc).__name__}: {exc}"
+                task["trace"] = traceback.format_exc()[-4000:]
+            task["done"] = True
+
+        threading.Thread(target=run, daemon=True).start()
+        return {"task": n}
+
+    def join(self, task, timeout_ms=0):
+        """State of a :meth:`spawn` task, waiting up to ``timeout_ms`` for it to finish."""
+        t = self.tasks.get(task)
+        if t is None:
+            raise ValueError(f"no task {task}")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not t["done"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return dict(t)
 
     def sh(self, argv, timeout=10):
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
