@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import check_data_width
+from ..model.header import common_prefix
 from .stream import frame_layout, packet_layout
 
 __all__ = ["check_variants", "header_fields_layout", "inserter_hdr_layout",
@@ -146,11 +147,15 @@ class HeaderInserter(wiring.Component):
     0 or the input's own lanes outside its ``keep`` (a deterministic function of the inputs; not
     zeroed, to keep the data path at two-three LUT levels).
 
-    The realignment shift ``H mod (W/8)`` is one of at most ``len(variants)`` constants; it is
-    registered one-hot with the header, so each output bit is one small multiplexer of the
-    header register and the input beat. The header register holds the frame's header in lane
-    order and shifts down by one beat per header beat; during the payload its low lanes keep the
-    input bytes that spill over into the next output beat.
+    Structure: the ``hdr`` payload is turned into the variant's header image (lane order) and a
+    few control bits (one-hot realignment shift ``H mod (W/8)``, pure header beats as a
+    thermometer, ...), kept in a one-entry prefetch register or loaded straight into the header
+    register. The header register shifts down by one beat per pure header beat; its last reader
+    (the last header beat, or the junction beat holding the header's end and the first payload
+    bytes) frees it for the next frame's header. Payload beats are
+    ``Cat(tail[:shift], i.data[:W - shift])``, where the tail register keeps the input bytes that
+    spill into the next output beat; the shift is registered one-hot, so each output bit is one
+    small multiplexer of registers and input lanes. All outputs are registered.
 
     Latency: 2 cycles from a ``hdr`` transfer (to an idle inserter) to ``o.valid`` with the first
     beat; 1 cycle from an ``i`` transfer to ``o.valid`` with the output beat that holds its first
@@ -458,16 +463,6 @@ def _or_bytes(terms):
     return result
 
 
-def _common_prefix(variants):
-    prefix = []
-    for headers in zip(*variants):
-        if all(h is headers[0] for h in headers):
-            prefix.append(headers[0])
-        else:
-            break
-    return tuple(prefix)
-
-
 class HeaderExtractor(wiring.Component):
     """Header extractor: splits each frame into its header fields and its payload.
 
@@ -610,7 +605,7 @@ class HeaderExtractor(wiring.Component):
         nv = len(self._variants)
         shifts = geo.shifts
         cb = geo.image_bytes // n                   # beats captured per frame
-        prefix = _common_prefix(self._variants) if nv > 1 else ()
+        prefix = common_prefix(self._variants) if nv > 1 else ()
         pb = max(0, sum(h.size for h in prefix) - 1) // n   # beat completing the prefix
         beat_layout = self.i.payload.shape()
 
