@@ -287,8 +287,11 @@ class HeaderInserter(wiring.Component):
         with m.If(pf_valid):
             with m.If(load):
                 m.d.sync += pf_valid.eq(0)
-        with m.Elif(self.hdr.valid & ~load):
-            m.d.sync += [pf_valid.eq(1), pf_image.eq(port_image), pf_ctl.eq(port_ctl)]
+        with m.Else():
+            # the (wide) prefetch register follows the hdr stream while it is empty, so that
+            # its enable is the registered ~pf_valid, not the late `load`
+            m.d.sync += [pf_valid.eq(self.hdr.valid & ~load),
+                         pf_image.eq(port_image), pf_ctl.eq(port_ctl)]
         return src_valid, src_image, src_ctl
 
     def elaborate(self, platform):
