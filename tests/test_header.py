@@ -20,7 +20,7 @@ from roce_hw.lib.header import (HeaderExtractor, HeaderInserter, check_variants,
 from roce_hw.model import header as model
 from sim.harness import run_simulation
 from sim.stream import beats_of, framing_error, stream_get, stream_put
-from sim.verilog import emit
+from roce_hw.generate import emit
 
 ETH, IPV4, UDP, BTH = proto.ETH, proto.IPV4, proto.UDP, proto.BTH
 ROCE = (ETH, IPV4, UDP, BTH)
