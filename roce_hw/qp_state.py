@@ -6,6 +6,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import proto
+from .lib.stream import ReadyBreak
 
 __all__ = ["QP_CONTEXT", "MAX_QPS", "qp_index_width", "local_qpn", "qp_index",
            "mgmt_req_layout", "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout",
@@ -155,12 +156,15 @@ class QPStateTable(wiring.Component):
     The row is stored in four ``lib.memory.Memory`` instances, split by writer: the configuration
     fields (written by management only), ``next_psn`` (management and ``tx_upd``), ``state``
     (management and ``tx_upd``) and ``una_psn`` (management and ``una_upd``). Each memory has
-    one write port and two synchronous read ports (``tx_rd`` and management), both transparent
-    for the write port. There are no per-QP registers, so the design is the same at 1 or 16384
-    QPs; the memories map to block/distributed RAM.
+    one write port and two synchronous read ports (``tx_rd`` and management). There are no
+    per-QP registers, so the design is the same at 1 or 16384 QPs; the memories map to
+    block/distributed RAM.
 
-    All writes take effect in the cycle of the stream transfer that carries them; a read (on
-    either read port) issued in the same cycle sees them.
+    All writes take effect in the cycle of the stream transfer that carries them. A management
+    read issued in the same cycle sees them (transparent); a ``tx_rd`` read issued in the same
+    cycle returns the row from before them, one issued later sees them (the TX path forwards its
+    own write-backs, and keeping ``tx_rd`` non-transparent keeps the write arbitration off its
+    data path).
 
     Arbitration. Only a management *write* to a valid row competes with the internal writers
     (management reads use their own read ports; out-of-range requests write nothing; ``tx_upd``
@@ -287,11 +291,18 @@ class QPStateTable(wiring.Component):
 
         mems = {"cfg": mem_cfg, "psn": mem_psn, "state": mem_state, "una": mem_una}
         wr = {k: mem.write_port() for k, mem in mems.items()}
-        trd = {k: mem.read_port(transparent_for=(wr[k],)) for k, mem in mems.items()}
+        # tx_rd is not transparent: the TX path forwards its own write-backs (PsnForward), and
+        # a management write is seen by reads after its response; this keeps the write ports'
+        # arbitration off the read data path
+        trd = {k: mem.read_port() for k, mem in mems.items()}
         mrd = {k: mem.read_port(transparent_for=(wr[k],)) for k, mem in mems.items()}
 
         req = self.mgmt_req
-        rsp = self.mgmt_rsp
+        # the response register drives `mgmt_rsp` through a ReadyBreak, so the external
+        # `ready` never reaches the write ports and, through their transparency, the read data
+        m.submodules.rsp_break = rsp_break = ReadyBreak(mgmt_rsp_layout(self._n_qp))
+        wiring.connect(m, rsp_break.o, wiring.flipped(self.mgmt_rsp))
+        rsp = rsp_break.i
         tx = self.tx_upd
         una = self.una_upd
 

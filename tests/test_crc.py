@@ -15,7 +15,7 @@ from roce_hw.lib.crc import (CRC32, CRC_INIT, advance, advance_rows, apply_rows,
                          residue_register, step_matrices)
 from sim.harness import run_simulation
 from sim.stream import collect_valid, send_packet, stream_get
-from sim.verilog import emit, lint
+from roce_hw.generate import emit, lint
 
 FAST_WIDTHS = (64, 512)
 

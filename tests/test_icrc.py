@@ -24,7 +24,7 @@ from sim.icrc_hw import check_frames
 from sim.pcap import read_capture
 from sim.oracle import protocol_icrc
 from sim.stream import collect_valid, recv_packet, send_packet
-from sim.verilog import emit, lint
+from roce_hw.generate import emit, lint
 
 FAST_WIDTHS = (64, 512)
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from roce_hw.qp_state import (QP_CONTEXT, QPReadSignature, QPStateTable, local_q
                               mgmt_req_layout, mgmt_rsp_layout, qp_index, qp_index_width,
                               tx_upd_layout, una_upd_layout)
 from sim.harness import run_simulation
-from sim.verilog import emit, lint
+from roce_hw.generate import emit, lint
 
 __all__ = []
 
@@ -121,7 +121,9 @@ def run_random(n_qp, seed, cycles, *, p_req=0.5, p_write=0.5, p_tx=0.5, p_una=0.
                     assert (int(got.qp), int(got.write), int(got.error), row_of(got.ctx)) == \
                         (exp["qp"], exp["write"], exp["error"], exp["ctx"]), f"cycle {cycle}"
                     stats["rsp"] += 1
-            # Writes of this cycle, then reads (the hardware's reads are transparent).
+            # tx_rd reads the row from before this cycle's writes (not transparent); the
+            # management port's reads are transparent.
+            trd = model.read(addr) if en else expected_trd
             m_req = mgmt.transfer(ctx)
             t_upd = tx.transfer(ctx)
             u_upd = una.transfer(ctx)
@@ -144,7 +146,6 @@ def run_random(n_qp, seed, cycles, *, p_req=0.5, p_write=0.5, p_tx=0.5, p_una=0.
             if en:
                 if addr in written and addr < n_qp:
                     stats["collide"] += 1
-            trd = model.read(addr) if en else expected_trd
             await ctx.tick()
             if trd is not None:
                 assert row_of(ctx.get(dut.tx_rd.data)) == trd, f"tx_rd after cycle {cycle}"
@@ -261,7 +262,8 @@ def test_read_after_write_and_transparency():
     a, b = random_row(rng), random_row(rng)
 
     async def testbench(ctx):
-        # Management write; tx_rd in the same cycle as the write transfer sees the new row.
+        # Management write; tx_rd in the same cycle as the write transfer sees the old row
+        # (tx_rd is not transparent), one cycle later the new one.
         ctx.set(dut.tx_rd.addr, 9)
         ctx.set(dut.tx_rd.en, 1)
         ctx.set(dut.mgmt_req.payload, {"qp": 9, "write": 1, "ctx": a})
@@ -270,10 +272,12 @@ def test_read_after_write_and_transparency():
         assert ctx.get(dut.mgmt_req.ready)
         await ctx.tick()
         ctx.set(dut.mgmt_req.valid, 0)
-        ctx.set(dut.tx_rd.en, 0)
-        assert row_of(ctx.get(dut.tx_rd.data)) == a
+        assert row_of(ctx.get(dut.tx_rd.data)) == QPStateModel.zero_row()
         assert ctx.get(dut.mgmt_rsp.valid)
         assert row_of(ctx.get(dut.mgmt_rsp.payload.ctx)) == a   # the row as written
+        await ctx.tick()
+        ctx.set(dut.tx_rd.en, 0)
+        assert row_of(ctx.get(dut.tx_rd.data)) == a
         await ctx.tick()
         # en low: the data is held.
         assert row_of(ctx.get(dut.tx_rd.data)) == a
@@ -288,8 +292,10 @@ def test_read_after_write_and_transparency():
         await ctx.tick()
         ctx.set(dut.tx_upd.valid, 0)
         ctx.set(dut.una_upd.valid, 0)
-        ctx.set(dut.tx_rd.en, 0)
         expect = dict(a, next_psn=0xABCDEF, state=6, una_psn=0x123456)
+        assert row_of(ctx.get(dut.tx_rd.data)) == a
+        await ctx.tick()
+        ctx.set(dut.tx_rd.en, 0)
         assert row_of(ctx.get(dut.tx_rd.data)) == expect
         # A tx_upd with only state_we leaves next_psn alone, and vice versa.
         ctx.set(dut.tx_upd.payload, {"qp": 9, "psn_we": 0, "next_psn": 1, "state_we": 1,

@@ -1,69 +1,74 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Short-path arithmetic: wide increments and decrements built from narrow carry chains.
+"""Short-path arithmetic: wide counters built from narrow carry chains.
 
 A ``w``-bit ``+ 1`` synthesised as one adder is one carry chain through every bit (Yosys maps
-4 bits per CARRY4 cell: a 24-bit PSN increment is 7 cells deep, a 32-bit counter 9). Split into
-``chunk``-bit pieces whose carry-in is the AND of all the bits below them (a tree of LUTs,
-two levels for up to 36 bits), no path crosses more than one chunk's chain: about 5 cells for
-any width up to 72 bits.
+4 bits per CARRY4 cell: a 24-bit PSN increment is 7 cells deep, a 32-bit counter 9), and an AND
+of the low bits as the carry into a higher piece is turned back into a carry chain by Yosys.
+:class:`FastCounter` keeps, for every ``chunk``-bit piece, a registered flag "all the bits below
+are ones" (zeros when counting down), updated one step ahead, so no path crosses more than one
+piece: about 5 cells at any width.
 """
 
 from amaranth import *
 
-__all__ = ["fast_inc", "fast_dec", "Counter"]
+__all__ = ["FastCounter", "event_counter"]
 
 
-def _and_tree(m, bits, name):
-    """AND of ``bits`` (a list of 1-bit values) as a balanced tree of 6-input terms."""
-    level = list(bits)
-    depth = 0
-    while len(level) > 1:
-        nxt = []
-        for k in range(0, len(level), 6):
-            s = Signal(name=f"{name}_a{depth}_{k // 6}")
-            m.d.comb += s.eq(Cat(*level[k:k + 6]).all())
-            nxt.append(s)
-        level, depth = nxt, depth + 1
-    return level[0] if level else C(1, 1)
+class FastCounter:
+    """A ``width``-bit register that counts up (or down) by one, or loads a value, with short
+    paths.
 
+    ``FastCounter(m, width, name)`` adds the register to ``m``; use the statements of
+    :meth:`advance` and :meth:`load` in ``m.d.sync`` (inside ``m.If`` as needed).
 
-def _chunked(m, value, name, chunk, dec):
-    v = Value.cast(value)
-    out = Signal(len(v), name=name)
-    for lo in range(0, len(v), chunk):
-        hi = min(len(v), lo + chunk)
-        # carry (borrow) into this chunk: every bit below is 1 (0 for a decrement)
-        below = [v[j] if not dec else ~v[j] for j in range(lo)]
-        cin = _and_tree(m, below, f"{name}_c{lo}") if lo else C(1, 1)
-        part = Signal(hi - lo, name=f"{name}_p{lo}")
-        if dec:
-            m.d.comb += part.eq(v[lo:hi] - cin)
-        else:
-            m.d.comb += part.eq(v[lo:hi] + cin)
-        m.d.comb += out[lo:hi].eq(part)
-    return out
-
-
-def fast_inc(m, value, name, chunk=12):
-    """``value + 1`` (modulo ``2**len(value)``) as a named Signal with short carry chains."""
-    return _chunked(m, value, name, chunk, dec=False)
-
-
-def fast_dec(m, value, name, chunk=12):
-    """``value - 1`` (modulo ``2**len(value)``) as a named Signal with short carry chains."""
-    return _chunked(m, value, name, chunk, dec=True)
-
-
-class Counter:
-    """A wrapping ``width``-bit event counter with short paths (:func:`fast_inc`).
-
-    ``Counter(m, 32, inc, name)`` adds the register and its update to ``m``; ``.value`` is the
-    count (the cycle after an ``inc`` it has gone up by one).
+    Attributes
+    ----------
+    value : Signal(width)
+        The count.
+    step : Signal(width)
+        ``value + 1`` (``value - 1`` with ``down``), modulo ``2**width`` (combinational from
+        registers: one ``chunk``-bit carry chain).
     """
 
-    def __init__(self, m, width, inc, name, *, saturate=False):
-        self.value = Signal(width, name=name)
-        nxt = fast_inc(m, self.value, f"{name}_inc")
-        cond = inc & ~self.value.all() if saturate else inc
-        with m.If(cond):
-            m.d.sync += self.value.eq(nxt)
+    def __init__(self, m, width, name, *, down=False, chunk=12, init=0):
+        self._down = down
+        self.value = Signal(width, name=name, init=init)
+        self.step = Signal(width, name=f"{name}_step")
+        self._flags = {}
+        for lo in range(chunk, width, chunk):
+            low = init & ((1 << lo) - 1)
+            self._flags[lo] = Signal(name=f"{name}_f{lo}",
+                                     init=(low == 0) if down else (low == (1 << lo) - 1))
+        for lo in range(0, width, chunk):
+            hi = min(width, lo + chunk)
+            cin = self._flags[lo] if lo else C(1, 1)
+            part = Signal(hi - lo, name=f"{name}_s{lo}")
+            m.d.comb += part.eq(self.value[lo:hi] - cin if down else self.value[lo:hi] + cin)
+            m.d.comb += self.step[lo:hi].eq(part)
+
+    def advance(self):
+        """Statements: count one step."""
+        stmts = [self.value.eq(self.step)]
+        for lo, f in self._flags.items():
+            # after the step the bits below `lo` are all ones (up) / zeros (down) exactly when
+            # they are one step before that now
+            target = 1 if self._down else (1 << lo) - 2
+            stmts.append(f.eq(self.value[:lo] == target))
+        return stmts
+
+    def load(self, x):
+        """Statements: load ``x``."""
+        x = Value.cast(x)
+        stmts = [self.value.eq(x)]
+        for lo, f in self._flags.items():
+            stmts.append(f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1)))
+        return stmts
+
+
+def event_counter(m, width, inc, name, *, saturate=False):
+    """A wrapping (or saturating) ``width``-bit count of the cycles with ``inc`` high, as a
+    :class:`FastCounter`; returns its value."""
+    c = FastCounter(m, width, name)
+    with m.If(inc & ~c.value.all() if saturate else inc):
+        m.d.sync += c.advance()
+    return c.value

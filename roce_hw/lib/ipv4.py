@@ -7,26 +7,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
-from .arith import fast_inc
+from .arith import FastCounter
 
 __all__ = ["IPv4Checksum", "IPv4Identification"]
-
-
-def _fold(m, raw, name):
-    """End-around-carry fold of ``raw`` to 16 bits with both carry outcomes summed in parallel
-    (one carry chain): the value in 1..0xFFFF congruent to ``raw`` modulo 0xFFFF (``raw`` > 0;
-    0 for ``raw`` = 0). ``raw`` must be below 2**32 - 2**16."""
-    lo = raw[:16]
-    hi = raw[16:]
-    s0 = Signal(17, name=f"{name}_s0")
-    s1 = Signal(18, name=f"{name}_s1")      # 2 * (lo + hi + 1): the +1 as a carry in
-    out = Signal(16, name=name)
-    m.d.comb += [
-        s0.eq(lo + hi),
-        s1.eq(Cat(C(1, 1), lo) + Cat(C(1, 1), hi)),
-        out.eq(Mux(s0[16], s1[1:17], s0[:16])),
-    ]
-    return out
 
 
 class IPv4Checksum(wiring.Component):
@@ -34,8 +17,8 @@ class IPv4Checksum(wiring.Component):
 
     The ten 16-bit words of the header (its ``checksum`` field taken as 0) are added by a tree of
     two-input adders, one level per register stage, then folded end-around and inverted. Every
-    stage is one adder of at most 20 bits (or the fold's two 17-bit adders and a 2:1 mux), so the
-    block adds no long path whatever feeds it.
+    stage is one adder of at most 20 bits; the end-around fold takes two stages (high part onto
+    the low 16 bits, then the carry of that), so the block adds no long path whatever feeds it.
 
     Latency: a header presented on ``i`` (``i.valid``) in cycle t has its checksum on ``o`` in
     cycle t + :attr:`latency` (``o.valid`` a pulse). Throughput: one header per cycle. No
@@ -53,7 +36,7 @@ class IPv4Checksum(wiring.Component):
     o: Out(stream.Signature(16, always_ready=True))
 
     #: Register stages from ``i`` to ``o``.
-    latency = 5
+    latency = 6
 
     def elaborate(self, platform):
         m = Module()
@@ -78,9 +61,14 @@ class IPv4Checksum(wiring.Component):
             v_next = Signal(name=f"valid{stage}")
             m.d.sync += v_next.eq(valid)
             level, valid, stage = nxt, v_next, stage + 1
-        folded = _fold(m, level[0], "fold")
-        m.d.sync += [self.o.payload.eq(~folded), self.o.valid.eq(valid)]
-        assert stage + 1 == self.latency
+        # end-around carry: sum < 2**20, so high part + low 16 bits < 2**17, and one more
+        # carry of that fits in 16 bits (RFC 1071)
+        total = level[0]
+        f1 = Signal(17, name="fold1")
+        f1_valid = Signal(name="fold1_valid")
+        m.d.sync += [f1.eq(total[:16] + total[16:]), f1_valid.eq(valid)]
+        m.d.sync += [self.o.payload.eq(~(f1[:16] + f1[16])[:16]), self.o.valid.eq(f1_valid)]
+        assert stage + 2 == self.latency
         return m
 
 
@@ -107,15 +95,17 @@ class IPv4Identification(wiring.Component):
             raise ValueError(f"start must be an integer from 0 to 65535, not {start!r}")
         self._start = start
         super().__init__({
-            "value": Out(16, init=start),
+            "value": Out(16),
             "inc": In(1),
             "load": In(stream.Signature(data.StructLayout({"value": 16}), always_ready=True)),
         })
 
     def elaborate(self, platform):
         m = Module()
+        count = FastCounter(m, 16, "id", init=self._start)
+        m.d.comb += self.value.eq(count.value)
         with m.If(self.load.valid):
-            m.d.sync += self.value.eq(self.load.payload.value)
+            m.d.sync += count.load(self.load.payload.value)
         with m.Elif(self.inc):
-            m.d.sync += self.value.eq(fast_inc(m, self.value, "value_inc"))
+            m.d.sync += count.advance()
         return m

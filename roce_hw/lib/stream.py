@@ -19,12 +19,13 @@ once ``valid`` is asserted the payload is held until the transfer.
 """
 
 from amaranth import *
-from amaranth.lib import data, stream
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from ..config import check_data_width
 
 __all__ = ["packet_layout", "PacketSignature", "frame_layout", "FrameSignature", "keep_to_count",
-           "count_to_keep"]
+           "count_to_keep", "ReadyBreak"]
 
 
 def packet_layout(width):
@@ -64,3 +65,42 @@ def keep_to_count(keep):
 def count_to_keep(count):
     """Python helper: the ``keep`` integer for ``count`` valid bytes."""
     return (1 << count) - 1
+
+
+class ReadyBreak(wiring.Component):
+    """Cuts the combinational ``ready`` path of a stream, with no latency.
+
+    ``i.ready`` comes from a register: while it is high, ``i`` flows through to ``o`` in the
+    same cycle (``o.valid``/``o.payload`` are ``i``'s, one multiplexer added on the data). If
+    ``o`` refuses a beat that ``i`` offered, the beat is kept in a one-entry register, ``i.ready``
+    drops for the next cycle and the kept beat goes first. Throughput: one beat per cycle while
+    ``o`` is ready.
+
+    Parameters
+    ----------
+    payload_shape : shape-like
+
+    Members
+    -------
+    i : ``In(stream.Signature(payload_shape))``
+    o : ``Out(stream.Signature(payload_shape))``
+    """
+
+    def __init__(self, payload_shape):
+        super().__init__({"i": In(stream.Signature(payload_shape)),
+                          "o": Out(stream.Signature(payload_shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        kept = Signal()
+        held = Signal.like(self.i.payload)
+        m.d.comb += [
+            self.i.ready.eq(~kept),
+            self.o.valid.eq(kept | self.i.valid),
+            self.o.payload.eq(Mux(kept, held, self.i.payload)),
+        ]
+        with m.If(~kept & self.i.valid & ~self.o.ready):
+            m.d.sync += [kept.eq(1), held.eq(self.i.payload)]
+        with m.Elif(kept & self.o.ready):
+            m.d.sync += kept.eq(0)
+        return m

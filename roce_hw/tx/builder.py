@@ -10,7 +10,7 @@ from ..config import check_data_width
 from ..lib.header import HeaderInserter, inserter_hdr_layout
 from ..lib.icrc import ICRCInserter
 from ..lib.ipv4 import IPv4Checksum
-from ..lib.stream import FrameSignature
+from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
 
 __all__ = ["PacketBuilder"]
 
@@ -73,7 +73,10 @@ class PacketBuilder(wiring.Component):
 
         # checksums of frames between their `hdr` transfer and their checksum beat on `o`
         depth = 16
-        m.submodules.csum_fifo = csum_fifo = fifo.SyncFIFOBuffered(width=16, depth=depth)
+        # a ring of registers with one-hot pointers (no counter, no RAM on the output path)
+        cs_mem = [Signal(16, name=f"csum{k}") for k in range(depth)]
+        cs_wp = Signal(depth, init=1)
+        cs_rp = Signal(depth, init=1)
         outstanding = Signal(range(depth + 1))
         room = Signal(init=1)          # outstanding < depth, registered
         hdr_go = Signal()
@@ -85,9 +88,12 @@ class PacketBuilder(wiring.Component):
             hdr_go.eq(self.hdr.valid & self.hdr.ready),
             csum.i.valid.eq(hdr_go),
             csum.i.payload.eq(self.hdr.payload.fields.ipv4),
-            csum_fifo.w_en.eq(csum.o.valid),
-            csum_fifo.w_data.eq(csum.o.payload),
         ]
+        with m.If(csum.o.valid):
+            m.d.sync += cs_wp.eq(cs_wp.rotate_left(1))
+            for k in range(depth):
+                with m.If(cs_wp[k]):
+                    m.d.sync += cs_mem[k].eq(csum.o.payload)
         # counted from registered events: `room` lags by up to two frames, hence the margin
         hdr_r = Signal()
         patch_r = Signal()
@@ -95,31 +101,45 @@ class PacketBuilder(wiring.Component):
         m.d.sync += [hdr_r.eq(hdr_go), patch_r.eq(patch_go)]
         m.d.comb += nxt.eq(outstanding + hdr_r - patch_r)
         m.d.sync += [outstanding.eq(nxt), room.eq(nxt < depth - 2)]
-        wiring.connect(m, wiring.flipped(self.i), hins.i)
+        # (the ready path from the header inserter to the payload source stops here)
+        m.submodules.ibreak = ibreak = ReadyBreak(frame_layout(w))
+        wiring.connect(m, wiring.flipped(self.i), ibreak.i)
+        wiring.connect(m, ibreak.o, hins.i)
 
-        # header inserter -> iCRC inserter; `abort` waits in a FIFO beside it (frames inside
-        # the inserter: at most latency + 2, one-beat frames back to back)
-        m.submodules.abort_fifo = af = fifo.SyncFIFO(width=1, depth=icrc.latency + 4)
-        src = hins.o
+        # header inserter -> iCRC inserter; `abort` waits beside it in a ring of registers with
+        # one-hot pointers (no counter on the ready path). Frames inside the inserter: at most
+        # latency + 2 (one-beat frames back to back), so the ring never overflows.
+        ring = icrc.latency + 4
+        ab = Signal(ring)
+        wp = Signal(ring, init=1)
+        rp = Signal(ring, init=1)
+        # (the ready path from `o` through the iCRC inserter stops here)
+        m.submodules.rbreak = rbreak = ReadyBreak(frame_layout(w))
+        wiring.connect(m, hins.o, rbreak.i)
+        src = rbreak.o
         m.d.comb += [
-            icrc.i.valid.eq(src.valid & af.w_rdy),
+            icrc.i.valid.eq(src.valid),
             icrc.i.payload.data.eq(src.payload.data),
             icrc.i.payload.keep.eq(src.payload.keep),
             icrc.i.payload.first.eq(src.payload.first),
             icrc.i.payload.last.eq(src.payload.last),
-            src.ready.eq(icrc.i.ready & af.w_rdy),
-            af.w_en.eq(src.valid & src.ready & src.payload.last),
-            af.w_data.eq(src.payload.abort),
+            src.ready.eq(icrc.i.ready),
         ]
+        with m.If(src.valid & src.ready & src.payload.last):
+            m.d.sync += [wp.eq(wp.rotate_left(1)),
+                         ab.eq((ab & ~wp) | Mux(src.payload.abort, wp, 0))]
 
         # the checksum goes into its beat as the frame leaves (offsets from proto)
         off = proto.ETH.size + proto.IPV4.offset("checksum")[0]
         beat_no, lane = divmod(off, n)
-        count = Signal(range(beat_no + 2))      # beats of the current frame out so far (sat.)
+        pos = Signal(beat_no + 2, init=1)       # one-hot: beats of the frame out so far
         at_csum = Signal()
         data_out = Signal(w)
-        m.d.comb += at_csum.eq(count == beat_no)
-        cs = csum_fifo.r_data
+        m.d.comb += at_csum.eq(pos[beat_no])
+        cs = Signal(16)
+        for k in range(depth):
+            with m.If(cs_rp[k]):
+                m.d.comb += cs.eq(cs_mem[k])
         m.d.comb += data_out.eq(icrc.o.payload.data)
         with m.If(at_csum):
             # wire order: the checksum's high byte first
@@ -127,24 +147,27 @@ class PacketBuilder(wiring.Component):
                          data_out[8 * lane + 8:8 * lane + 16].eq(cs[:8])]
         out_go = Signal()
         # (the checksum is ready: it comes IPv4Checksum.latency + 1 cycles after `hdr`, the
-        # frame's first beat HeaderInserter.latency + ICRCInserter.latency + 1 cycles after it)
-        assert csum.latency + 1 < HeaderInserter.latency + icrc.latency + 1
+        # frame's checksum beat at least HeaderInserter.latency + ICRCInserter.latency + 1 +
+        # its beat number cycles after it)
+        assert csum.latency + 1 <= HeaderInserter.latency + icrc.latency + 1 + beat_no
         m.d.comb += [
             self.o.valid.eq(icrc.o.valid),
             self.o.payload.data.eq(data_out),
             self.o.payload.keep.eq(icrc.o.payload.keep),
             self.o.payload.first.eq(icrc.o.payload.first),
             self.o.payload.last.eq(icrc.o.payload.last),
-            self.o.payload.abort.eq(icrc.o.payload.last & af.r_rdy & af.r_data),
+            self.o.payload.abort.eq(icrc.o.payload.last & (ab & rp).any()),
             icrc.o.ready.eq(self.o.ready),
             out_go.eq(self.o.valid & self.o.ready),
-            af.r_en.eq(out_go & icrc.o.payload.last),
             patch_go.eq(out_go & at_csum),
-            csum_fifo.r_en.eq(patch_go),
         ]
+        with m.If(patch_go):
+            m.d.sync += cs_rp.eq(cs_rp.rotate_left(1))
+        with m.If(out_go & icrc.o.payload.last):
+            m.d.sync += rp.eq(rp.rotate_left(1))
         with m.If(out_go):
             with m.If(icrc.o.payload.last):
-                m.d.sync += count.eq(0)
-            with m.Elif(count <= beat_no):
-                m.d.sync += count.eq(count + 1)
+                m.d.sync += pos.eq(1)
+            with m.Else():
+                m.d.sync += pos.eq(pos << 1)
         return m

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import EngineConfig
-from ..lib.arith import Counter, fast_inc
+from ..lib.arith import event_counter
 from ..lib.ipv4 import IPv4Identification
 from ..qp_state import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
@@ -156,13 +156,10 @@ class Commit(wiring.Component):
         ]
 
         # ---------------------------------------------------------------- cutter command
-        cnt = Signal(lg)
-        m.d.comb += cnt.eq(d.pay_len[:lg])        # bytes in the last beat, 0 meaning n
         m.d.comb += [
             self.cut.payload.beats.eq(d.beats),
-            self.cut.payload.pk.eq(Cat(*[(cnt == 0) | (cnt > j) if j < n - 1 else (cnt == 0)
-                                         for j in range(n)])),
-            self.cut.payload.lik.eq(Cat(*[(cnt == 0) | (cnt > (j & ~3)) for j in range(n)])),
+            self.cut.payload.pk.eq(d.pk),
+            self.cut.payload.lik.eq(d.lik),
             self.cut.payload.last_msg.eq(d.last),
             self.cut.payload.drain.eq(refused),
         ]
@@ -187,7 +184,7 @@ class Commit(wiring.Component):
         wb_qp = Signal(qw)
         wb_psn = Signal(24)
         wb_err = Signal()
-        psn_inc = fast_inc(m, d.bth.psn, "psn_inc")
+        psn_inc = d.psn_next
         m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
         with m.If(take & ~refused & d.last & ~d.resumed):
             m.d.sync += [wb_valid.eq(1), wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
@@ -222,24 +219,26 @@ class Commit(wiring.Component):
         st = status_layout(cfg)
         m.submodules.status_fifo = st_fifo = fifo.SyncFIFOBuffered(
             width=Shape.cast(st).width, depth=_STATUS_FIFO_DEPTH)
+        # (a report goes into the FIFO the cycle after its event, from registers)
         st_push = Signal()
         st_data = Signal(st)
+        m.d.sync += st_push.eq(mism_now | (take & refused))
         with m.If(mism_now):
-            m.d.comb += [st_push.eq(1), st_data.wr_id.eq(fl["wr_id"]), st_data.qp.eq(fl["qp"]),
+            m.d.sync += [st_data.wr_id.eq(fl["wr_id"]), st_data.qp.eq(fl["qp"]),
                          st_data.status.eq(WcStatus.LOC_LEN_ERR)]
         with m.Elif(take & refused):
-            m.d.comb += [st_push.eq(1), st_data.wr_id.eq(d.wr_id), st_data.qp.eq(d.qp),
+            m.d.sync += [st_data.wr_id.eq(d.wr_id), st_data.qp.eq(d.qp),
                          st_data.status.eq(d.refuse)]
         m.d.comb += [
             st_fifo.w_en.eq(st_push), st_fifo.w_data.eq(st_data),
             self.status.valid.eq(st_fifo.r_rdy), self.status.payload.eq(st_fifo.r_data),
             st_fifo.r_en.eq(self.status.ready),
         ]
-        n_frames = Counter(m, 32, self.hdr.valid & self.hdr.ready, "n_frames")
-        n_aborted = Counter(m, 32, mism_now, "n_aborted")
-        n_refused = Counter(m, 32, mism_now | (take & refused), "n_refused")
-        n_dropped = Counter(m, 16, st_push & ~st_fifo.w_rdy, "n_dropped", saturate=True)
-        m.d.comb += [self.frames.eq(n_frames.value), self.frames_aborted.eq(n_aborted.value),
-                     self.wrs_refused.eq(n_refused.value),
-                     self.status_dropped.eq(n_dropped.value)]
+        m.d.comb += [
+            self.frames.eq(event_counter(m, 32, self.hdr.valid & self.hdr.ready, "n_frames")),
+            self.frames_aborted.eq(event_counter(m, 32, mism_now, "n_aborted")),
+            self.wrs_refused.eq(event_counter(m, 32, mism_now | (take & refused), "n_refused")),
+            self.status_dropped.eq(event_counter(m, 16, st_push & ~st_fifo.w_rdy, "n_dropped",
+                                                 saturate=True)),
+        ]
         return m

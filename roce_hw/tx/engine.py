@@ -9,6 +9,8 @@ from ..config import EngineConfig
 from ..lib.stream import PacketSignature, frame_layout
 from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
 from ..verbs import WcStatus, resume_layout, status_layout, wr_layout
+from .. import proto
+from ..lib.header import HeaderInserter
 from ..lib.icrc import ICRCInserter
 from .builder import PacketBuilder
 from .commit import TX_VARIANTS, Commit
@@ -22,12 +24,23 @@ __all__ = ["TxEngine"]
 class TxEngine(wiring.Component):
     """RoCEv2 requester TX datapath: work requests -> segmented RC frames with iCRC.
 
-    For every accepted work request the engine reads the QP context from its
-    :class:`~roce_hw.qp_state.QPStateTable`, checks it, segments the message by the QP's PMTU
-    into FIRST/MIDDLE/LAST/ONLY packets (PROTOCOL.md §5.7, exactly as
-    :func:`roce_hw.model.segment.segment_message`), builds Ethernet / IPv4 / UDP / BTH /
-    [RETH] / [ImmDt] in hardware, merges the header with the realigned payload, appends the zero
-    pad and lets an :class:`~roce_hw.lib.icrc.ICRCInserter` append the iCRC. Frames carry no FCS.
+    The engine is a chain of blocks joined by streams (``roce_hw/tx/``):
+
+    * :class:`~roce_hw.tx.segmenter.Segmenter`: reads the QP context from the
+      :class:`~roce_hw.qp_state.QPStateTable`, checks the request and splits the message by the
+      QP's PMTU into FIRST/MIDDLE/LAST/ONLY packet descriptors (PROTOCOL.md §5.7, exactly as
+      :func:`roce_hw.model.segment.segment_message`); also resumes a message part-way
+      (``resume``). PSNs come from the table, newest write-back first
+      (:class:`~roce_hw.tx.psn.PsnForward`).
+    * :class:`~roce_hw.tx.commit.Commit`: the in-order point where a descriptor becomes a
+      header (IPv4 identification, the QP's next-PSN write-back, refusal reports, what a length
+      mismatch undoes).
+    * :class:`~roce_hw.tx.cutter.PayloadCutter`: cuts the work request's payload packet into
+      the packets' payloads, pads them, checks the length.
+    * :class:`~roce_hw.tx.builder.PacketBuilder`: :class:`~roce_hw.lib.header.HeaderInserter`
+      (Ethernet / IPv4 / UDP / BTH / [RETH] / [ImmDt] + payload), then the
+      :class:`~roce_hw.lib.icrc.ICRCInserter`, then the IPv4 header checksum. Frames carry no
+      FCS.
 
     Header fields. Ethernet: dst = QP ``remote_mac``, src = ``local_mac``, type 0x0800.
     IPv4: version 4, IHL 5, DSCP/ECN from the QP, total length, identification = the IP ID
@@ -75,13 +88,14 @@ class TxEngine(wiring.Component):
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
-    ``2 + ICRCInserter(W).latency`` with ``config.low_latency`` (default): 6, 6, 7, 7, 8 at 64,
-    128, 256, 512, 1024 bits (1 cycle of QP read to the framer's first beat, then the iCRC
-    inserter); one cycle later without ``low_latency``. Engine idle and payload valid; measured
-    by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
+    :attr:`latency` (engine idle, payload valid): 9, 9, 10, 11, 12 at 64, 128, 256, 512, 1024
+    bits (at 512 bits a frame whose header is longer than a beat, a WRITE's, comes one cycle
+    sooner); measured by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
-    frame in the next cycle (also across WRs and QPs); a frame is ``ceil(bytes / (W/8))``
-    beats long (header merged with the payload, no filler beat). If ``i`` idles in the middle
+    frame in the next cycle (also across WRs and QPs) as long as frames are at least two beats
+    long (a frame of one beat, possible at 1024 bits for a message of under 50 bytes, is
+    followed by one idle cycle); a frame is ``ceil(bytes / (W/8))`` beats long (header merged
+    with the payload, no filler beat). If ``i`` idles in the middle
     of a packet, the frame has idle cycles (``o.valid`` low between its beats): a MAC that
     cannot underrun needs a frame FIFO in front of it.
 
@@ -92,16 +106,17 @@ class TxEngine(wiring.Component):
     Parameters
     ----------
     config : EngineConfig
-        ``data_width``, ``n_qp``, ``ack_req_every``, ``ttl``, ``ip_id_start``,
-        ``low_latency``.
-    append_icrc : bool
-        ``False`` leaves the iCRC out (frames end after the pad; for tests of the framer
-        alone). Default ``True``.
+        ``data_width``, ``n_qp``, ``ack_req_every``, ``ttl``, ``ip_id_start``.
 
     Members
     -------
     wr : ``In(stream.Signature(wr_layout(config)))``
         Work requests, one transfer each.
+    resume : ``In(stream.Signature(resume_layout(config)))``
+        Resume requests (go-back-N restarts of a message at a packet, PROTOCOL.md §5.10; see
+        :func:`roce_hw.verbs.resume_layout`); taken before ``wr``. The payload packets on ``i``
+        follow the order in which requests of both kinds are taken. A resume request uses the
+        PSNs it names and does not move the QP's next PSN.
     i : ``In(PacketSignature(data_width))``
         Payload: for each WR with ``length`` > 0 exactly one packet of ``length`` bytes, in WR
         order; nothing for ``length`` == 0. Lanes beyond ``keep`` are ignored.
@@ -161,10 +176,15 @@ class TxEngine(wiring.Component):
     def latency(self):
         """Cycles from a WR transfer (engine idle, payload valid, ``o`` ready) to the first beat
         of its first frame on ``o``."""
-        # WR -> descriptor (2) -> commit; the payload's first beat reaches the header inserter
-        # 2 cycles after the commit (cutter command and output registers) and its first output
-        # beat 1 later; the iCRC inserter adds its latency + 1.
-        return 2 + 3 + ICRCInserter(self._config.data_width).latency + 1
+        # WR -> descriptor on the segmenter's output (2 cycles) -> committed there; the header
+        # inserter has the header's first beat out HeaderInserter.latency (2) cycles later. A
+        # frame whose first beat holds payload bytes (the header is shorter than a beat) waits
+        # for the payload instead: cutter command and output registers (2), then 1 cycle in the
+        # header inserter. The iCRC inserter adds its latency + 1.
+        n = self._config.data_bytes
+        min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
+        first = 2 + (3 if min_header < n else HeaderInserter.latency)
+        return first + ICRCInserter(self._config.data_width).latency + 1
 
     @property
     def config(self):

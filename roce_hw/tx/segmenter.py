@@ -9,7 +9,7 @@ from .. import layouts, proto
 from ..config import EngineConfig
 from ..qp_state import QPReadSignature, qp_index_width
 from ..verbs import MAX_MESSAGE_BYTES, WcStatus, resume_layout, wr_layout
-from ..lib.arith import fast_dec, fast_inc
+from ..lib.arith import FastCounter
 from .psn import WriteBackSignature
 
 __all__ = ["desc_layout", "header_bytes", "Segmenter"]
@@ -48,6 +48,9 @@ def desc_layout(config):
     ``tot_len``         IPv4 total length; ``udp_len``: UDP length
     ``reth``, ``imm``   the RETH / ImmDt header is present (the header variant)
     ``bth``             the BTH (PSN included), as :data:`roce_hw.layouts.BTH`
+    ``psn_next``        the BTH PSN + 1 (modulo 2**24)
+    ``pk``, ``lik``     ``keep`` of the payload bytes in the packet's last payload beat, and the
+                        same rounded up to a multiple of 4 (with the PadCnt bytes)
     ``va``, ``r_key``,  RETH fields (``remote_addr``, ``r_key``, message length)
     ``dma_length``
     ``imm_data``        ImmDt
@@ -63,7 +66,8 @@ def desc_layout(config):
     return data.StructLayout({
         "qp": qp_index_width(config.n_qp), "wr_id": 64, "tag": 1, "refuse": 5,
         "first": 1, "last": 1, "resumed": 1, "has_payload": 1,
-        "has_pay": 1, "refused": 1, "index": 23, "pay_len": 13, "beats": 13 - (n - 1).bit_length(),
+        "has_pay": 1, "refused": 1, "index": 23, "psn_next": 24, "pay_len": 13,
+        "pk": n, "lik": n, "beats": 13 - (n - 1).bit_length(),
         "tot_len": 16, "udp_len": 16, "reth": 1, "imm": 1,
         "bth": layouts.BTH,
         "va": 64, "r_key": 32, "dma_length": 32, "imm_data": 32,
@@ -72,8 +76,8 @@ def desc_layout(config):
 
 
 def _le_pow2(value, k):
-    """``value <= 2**k`` with no carry chain (zero tests only)."""
-    return (value[k:] == 0) | ((value[k:] == 1) & (value[:k] == 0))
+    """``value <= 2**k`` with no carry chain (OR reductions only)."""
+    return ~value[k + 1:].any() & (~value[k] | ~value[:k].any())
 
 
 def _select(m, code, values, out):
@@ -117,8 +121,10 @@ class Segmenter(wiring.Component):
     per cycle.
 
     Latency: a work request transferred in cycle 0 has its first descriptor valid on ``o`` in
-    cycle 2 (a resume request in cycle 7). Throughput: one descriptor per cycle within a message;
-    a message's first descriptor comes the cycle after the one before it left ``o``. ``o``
+    cycle 2 (a resume request in cycle 10). Throughput: a message's next descriptor is on ``o``
+    two cycles after the one before it left (packets with payload are at least two beats, and
+    the commit waits for a packet's payload anyway); a message's first descriptor comes the
+    cycle after the last one of the message before left ``o``. ``o``
     comes from registers; ``wr``/``resume`` wait while the accept register is full.
 
     Members
@@ -174,22 +180,52 @@ class Segmenter(wiring.Component):
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, "``rem`` is not a multiple of 4" and a constant chosen
         by the variant."""
-        nz4 = Signal(name=f"{name}_nz4")
-        q4 = Signal(11, name=f"{name}_b4")
-        m.d.comb += [nz4.eq(rem[:2] != 0),
-                     q4.eq(Mux(reth, 16 // 4, 0) + Mux(imm, 4 // 4, 0) + self._l3_bytes(0, 0) // 4)]
+        q4 = Signal(7, name=f"{name}_b4")          # header words + "not a multiple of 4"
+        with m.Switch(Cat(rem[:2].any(), imm, reth)):
+            for c in range(8):
+                with m.Case(c):
+                    m.d.comb += q4.eq(self._l3_bytes(c >> 2, (c >> 1) & 1) // 4 + (c & 1))
         tl = Signal(16, name=f"{name}_tl")
         ul = Signal(16, name=f"{name}_ul")
         beats = Signal(13 - self._lg, name=f"{name}_beats")
         t4 = Signal(12, name=f"{name}_tl4")
         u4 = Signal(12, name=f"{name}_ul4")
         m.d.comb += [
-            t4.eq(rem[2:13] + q4 + nz4),
-            u4.eq(rem[2:13] + (q4 - proto.IPV4.size // 4) + nz4),
+            t4.eq(rem[2:13] + q4),
+            u4.eq(rem[2:13] + (q4 - proto.IPV4.size // 4)),
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
-            beats.eq(rem[self._lg:13] + (rem[:self._lg] != 0)),
+            beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
         return tl, ul, beats
+
+    def _pre_shapes(self):
+        n = self._n
+        return [("le", len(_PMTU_CODES)), ("nz", 1), ("tl", 16), ("ul", 16),
+                ("beats", 13 - self._lg), ("pk", n), ("lik", n)]
+
+    def _keeps(self, m, rem, name):
+        """``keep`` of the payload bytes in the last beat of a ``rem``-byte last packet, and the
+        same rounded up to 4 bytes (PadCnt): functions of ``rem``'s low bits only."""
+        n, lg = self._n, self._lg
+        cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
+        pk = Signal(n, name=f"{name}_pk")
+        lik = Signal(n, name=f"{name}_lik")
+        for j in range(n):
+            m.d.comb += [pk[j].eq(~cnt.any() | (cnt > j) if j < n - 1 else ~cnt.any()),
+                         lik[j].eq(~cnt.any() | (cnt > (j & ~3)))]
+        return pk, lik
+
+    def _precompute(self, m, rem, reth, imm, name):
+        """What the load needs of ``rem`` bytes from the first packet to send (see
+        :meth:`_pre_shapes`), computed before the PMTU is known."""
+        out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
+               "nz": Signal(name=f"{name}_nz")}
+        for i, c in enumerate(_PMTU_CODES):
+            m.d.comb += out["le"][i].eq(_le_pow2(rem, 7 + c))
+        m.d.comb += out["nz"].eq(rem.any())
+        out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name)
+        out["pk"], out["lik"] = self._keeps(m, rem, name)
+        return out
 
     # ------------------------------------------------------------------ accept
     def _accept(self, m):
@@ -200,7 +236,7 @@ class Segmenter(wiring.Component):
             "valid": Signal(name="a_valid"),
             "ready": Signal(name="a_ready"),      # the values below are valid (a resume: later)
             "res": Signal(name="a_resume"),
-            "w": Signal(wr_layout(cfg), name="a_wr"),
+            "wr": Signal(wr_layout(cfg), name="a_wr"),
             "spkt": Signal(23, name="a_start_packet"),
             "spsn": Signal(24, name="a_start_psn"),
             "first": Signal(name="a_first"),      # the first packet to send is the message's first
@@ -208,18 +244,20 @@ class Segmenter(wiring.Component):
             "bad_qp": Signal(name="a_bad_qp"), "bad_op": Signal(name="a_bad_op"),
             "bad_len": Signal(name="a_bad_len"), "bad_res": Signal(name="a_bad_resume"),
             "rem": Signal(32, name="a_rem"),      # bytes from the first packet to send on
-            "le": Signal(npm, name="a_le"),       # rem <= PMTU, per PMTU code
-            "tl": Signal(16, name="a_tl"), "ul": Signal(16, name="a_ul"),
-            "beats": Signal(13 - self._lg, name="a_beats"),
+            # lengths of a first packet that is also the last, and rem <= PMTU per PMTU code:
+            # from the WR as it is taken (w_*) or computed for a resume (r_*)
+            "w": {key: Signal(shape, name=f"a_w_{key}") for key, shape in self._pre_shapes()},
+            "r": {key: Signal(shape, name=f"a_r_{key}") for key, shape in self._pre_shapes()},
             "hit": Signal(name="a_hit"), "hpsn": Signal(24, name="a_hit_psn"),
             "herr": Signal(name="a_hit_err"),
+            "fresh": Signal(name="a_fresh"),      # a_hit* were looked up for this request
             "take": Signal(name="a_take"),        # the emitter takes the request this cycle
         }
         go_r = Signal()
         go_w = Signal()
         free = Signal()
         m.d.comb += [
-            free.eq(~a["valid"] | a["take"]),
+            free.eq(~a["valid"]),         # (not in the cycle it is taken: keeps `go` shallow)
             self.resume.ready.eq(free),
             self.wr.ready.eq(free & ~self.resume.valid),
             go_r.eq(self.resume.valid & self.resume.ready),
@@ -235,13 +273,10 @@ class Segmenter(wiring.Component):
         m.d.comb += [reth.eq((wr_in.opcode == _WRITES[0]) | (wr_in.opcode == _WRITES[1])),
                      imm.eq((wr_in.opcode == _WITH_IMM[0]) | (wr_in.opcode == _WITH_IMM[1]))]
         length = self.wr.payload.length
-        tl, ul, beats = self._last_lengths(m, length, reth, imm, "w")
-        le = Signal(npm)
-        for i, c in enumerate(_PMTU_CODES):
-            m.d.comb += le[i].eq(_le_pow2(length, 7 + c))
+        pre_w = self._precompute(m, length, reth, imm, "w")
         with m.If(go_r | go_w):
             m.d.sync += [
-                a["valid"].eq(1), a["w"].eq(wr_in), a["res"].eq(go_r),
+                a["valid"].eq(1), a["wr"].eq(wr_in), a["res"].eq(go_r),
                 a["bad_qp"].eq(wr_in.qp >= cfg.n_qp) if cfg.n_qp < (1 << qw) else a["bad_qp"].eq(0),
                 a["bad_op"].eq(wr_in.opcode > 3),
                 a["bad_len"].eq(wr_in.length[31] & (wr_in.length[:31] != 0)),
@@ -251,26 +286,33 @@ class Segmenter(wiring.Component):
                 a["reth"].eq(reth & (~go_r | (self.resume.payload.start_packet == 0))),
                 a["imm"].eq(imm),
                 a["bad_res"].eq(0),
-                a["ready"].eq(go_w), a["rem"].eq(length), a["le"].eq(le),
-                a["tl"].eq(tl), a["ul"].eq(ul), a["beats"].eq(beats),
+                a["ready"].eq(go_w), a["rem"].eq(length),
             ]
+        with m.If(go_w):
+            m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
         with m.Elif(a["take"]):
             m.d.sync += a["valid"].eq(0)
-        # the newest write-back of the request's QP, looked up again every cycle it waits
-        m.d.comb += self.fwd_qp.eq(Mux(go_r | go_w, wr_in.qp, a["w"].qp))
+        # the newest write-back of the request's QP, looked up again every cycle it waits (the
+        # result is for the request in the accept register unless that one was replaced)
+        m.d.comb += self.fwd_qp.eq(Mux(a["valid"], a["wr"].qp, wr_in.qp))
         m.d.sync += [a["hit"].eq(self.fwd_hit), a["hpsn"].eq(self.fwd_psn),
-                     a["herr"].eq(self.fwd_err)]
+                     a["herr"].eq(self.fwd_err),
+                     a["fresh"].eq(Mux(a["valid"], ~a["take"], go_r | go_w))]
         return a
 
     # ------------------------------------------------------------------ resume preparation
     def _resume_prep(self, m, a):
         """A resume request: offset = start_packet * PMTU (the row's), rest = length - offset
-        12 bits per cycle, then the precomputes from the rest."""
+        12 bits per cycle (shift registers, no multiplexer by step), then the checks and the
+        precomputes from the rest, one step per cycle."""
         row = self.qp_rd.data
         npm = len(_PMTU_CODES)
-        step = Signal(range(6), name="res_step")
+        step = Signal(range(8), name="res_step")
         off = Signal(36, name="res_off")
+        lsh = Signal(36, name="res_len")
+        rest = Signal(36, name="res_rest")
         borrow = Signal(name="res_borrow")
+        zero = Signal(name="res_zero")
         going = Signal()
         m.d.comb += going.eq(a["valid"] & a["res"] & ~a["ready"])
         off_in = Signal(36)
@@ -278,39 +320,30 @@ class Segmenter(wiring.Component):
             for c in _PMTU_CODES:
                 with m.Case(c):
                     m.d.comb += off_in.eq(a["spkt"] << (7 + c))
-        length = Cat(a["w"].length, C(0, 4))
-        rem36 = Signal(36)
-        m.d.comb += rem36.eq(Cat(a["rem"], C(0, 4)))
-        parts = []
-        for k in range(3):
-            part = Signal(13, name=f"res_part{k}")
-            m.d.comb += part.eq(length[12 * k:12 * k + 12] - off[12 * k:12 * k + 12] - borrow)
-            parts.append(part)
-        tl, ul, beats = self._last_lengths(m, a["rem"], a["reth"], a["imm"], "r")
-        le = Signal(npm)
-        for i, c in enumerate(_PMTU_CODES):
-            m.d.comb += le[i].eq(_le_pow2(a["rem"], 7 + c))
+        # lsh - off - borrow as one adder: lsh + ~off + (1 - borrow), carry out = no borrow
+        acc = Signal(14, name="res_acc")
+        m.d.comb += acc.eq(Cat(C(1, 1), lsh[:12]) + Cat(~borrow, ~off[:12]))
+        part = Signal(13, name="res_part")
+        m.d.comb += part.eq(Cat(acc[1:13], ~acc[13]))
+        m.d.sync += zero.eq(~a["rem"].any())
+        pre_r = self._precompute(m, a["rem"], a["reth"], a["imm"], "r")
         with m.If(going):
             m.d.sync += step.eq(step + 1)
             with m.Switch(step):
                 with m.Case(0):
-                    m.d.sync += [off.eq(off_in), borrow.eq(0)]
-                for k in range(3):
-                    with m.Case(1 + k):
-                        m.d.sync += borrow.eq(parts[k][12])
-                        if k < 2:
-                            m.d.sync += a["rem"][12 * k:12 * k + 12].eq(parts[k][:12])
-                        else:
-                            m.d.sync += a["rem"][24:32].eq(parts[k][:8])
+                    m.d.sync += [off.eq(off_in), lsh.eq(a["wr"].length), borrow.eq(0)]
+                with m.Case(1, 2, 3):
+                    m.d.sync += [borrow.eq(part[12]), rest.eq(Cat(rest[12:], part[:12])),
+                                 off.eq(off[12:]), lsh.eq(lsh[12:])]
                 with m.Case(4):
+                    m.d.sync += a["rem"].eq(Mux(borrow, 0, rest[:32]))
+                with m.Case(6):
                     # not a packet of the message: past its end, or past byte 0 of a 0-byte one
-                    zero = Signal()
-                    m.d.comb += zero.eq(a["rem"] == 0)
-                    with m.If(borrow | (off[32:] != 0) | (zero & ~a["first"])):
+                    with m.If(borrow | (zero & ~a["first"])):
                         m.d.sync += [a["bad_res"].eq(1), a["rem"].eq(0)]
-                with m.Case(5):
-                    m.d.sync += [a["ready"].eq(1), step.eq(0), a["le"].eq(le), a["tl"].eq(tl),
-                                 a["ul"].eq(ul), a["beats"].eq(beats)]
+                with m.Case(7):
+                    m.d.sync += [a["ready"].eq(1), step.eq(0)]
+                    m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
 
     # ------------------------------------------------------------------ emit
     def _emit(self, m, a):
@@ -320,8 +353,11 @@ class Segmenter(wiring.Component):
         row = self.qp_rd.data
         d = Signal(desc_layout(cfg), name="d")      # the descriptor on `o`
         d_valid = Signal(name="d_valid")
+        adv = Signal(name="adv")                    # make the message's next descriptor now
         # the message beyond the descriptor
-        q = Signal(24, name="m_q")                  # full PMTU packets left, d's included
+        q = FastCounter(m, 24, "m_q", down=True)    # full PMTU packets left, d's included
+        psn = FastCounter(m, 24, "psn")             # d's PSN
+        index = FastCounter(m, 23, "index")         # d's packet index
         eq1 = Signal(name="m_q_eq1")
         eq2 = Signal(name="m_q_eq2")
         eq3 = Signal(name="m_q_eq3")
@@ -335,7 +371,9 @@ class Segmenter(wiring.Component):
         solicited = Signal(name="m_solicited")
         has_imm = Signal(name="m_has_imm")
         tag = Signal(name="m_tag")                  # tag of the next message loaded
-        m.d.comb += [self.o.valid.eq(d_valid), self.o.payload.eq(d)]
+        m.d.comb += [self.o.valid.eq(d_valid), self.o.payload.eq(d),
+                     self.o.payload.bth.psn.eq(psn.value), self.o.payload.psn_next.eq(psn.step),
+                     self.o.payload.index.eq(index.value)]
 
         xfer = Signal()
         flushed = Signal()
@@ -343,19 +381,22 @@ class Segmenter(wiring.Component):
         m.d.comb += [
             xfer.eq(self.o.valid & self.o.ready),
             flushed.eq(self.flush_valid & (self.flush_tag == d.tag)),
-            load.eq(a["valid"] & a["ready"] & ~d_valid),
+            load.eq(a["valid"] & a["ready"] & a["fresh"] & ~d_valid & ~adv),
             a["take"].eq(load),
         ]
 
         # -------- load: the first packet to send of the request in the accept register
-        w = a["w"]
+        w = a["wr"]
         code = row.pmtu
         l_pmtu_b = Signal(13)
         l_le = Signal()
         l_q = Signal(24)
         l_r = Signal(13)
         _select(m, code, [128 << c for c in _PMTU_CODES], l_pmtu_b)
-        _select(m, code, [a["le"][i] for i in range(npm)], l_le)
+        pre = {key: Signal(shape, name=f"l_{key}") for key, shape in self._pre_shapes()}
+        for key in pre:
+            m.d.comb += pre[key].eq(Mux(a["res"], a["r"][key], a["w"][key]))
+        _select(m, code, [pre["le"][i] for i in range(npm)], l_le)
         _select(m, code, [a["rem"][7 + c:] for c in _PMTU_CODES], l_q)
         _select(m, code, [a["rem"][:7 + c] for c in _PMTU_CODES], l_r)
         bad_pmtu = Signal()
@@ -410,29 +451,38 @@ class Segmenter(wiring.Component):
         n_last = Signal()
         n_part = Signal()          # the next packet is the partial last one
         m.d.comb += [n_last.eq((eq1 & r_nz) | (eq2 & ~r_nz)), n_part.eq(eq1)]
-        r_tl, r_ul, r_beats = self._last_lengths(m, r, C(0, 1), has_imm, "p")
+        # a partial last packet's lengths: constant per message, registered the cycle after the
+        # load (the first advance comes two cycles after it at the earliest)
+        r_len = self._last_lengths(m, r, C(0, 1), has_imm, "p")
+        r_pk, r_lik = self._keeps(m, r, "p")
+        r_tl = Signal(16, name="m_r_tl")
+        r_ul = Signal(16, name="m_r_ul")
+        r_beats = Signal(len(r_len[2]), name="m_r_beats")
+        m.d.sync += [r_tl.eq(r_len[0]), r_ul.eq(r_len[1]), r_beats.eq(r_len[2])]
         n_opcode, n_se = bth_fields(C(0, 1), n_last, wrop, solicited, "n")
         ack_wrap = Signal()
         m.d.comb += ack_wrap.eq(ackcnt == cfg.ack_req_every - 1)
-        psn_inc = fast_inc(m, d.bth.psn, "psn_inc")
-        index_inc = fast_inc(m, d.index, "index_inc")
-        q_dec = fast_dec(m, q, "q_dec")
         q_eq4 = Signal()
-        m.d.comb += q_eq4.eq(q == 4)
+        m.d.comb += q_eq4.eq(q.value == 4)
 
         with m.If(xfer & ~d.last):
+            m.d.sync += [adv.eq(1), d_valid.eq(0)]
+        with m.If(adv):
+            m.d.sync += psn.advance() + index.advance() + q.advance()
             m.d.sync += [
-                d.first.eq(0), d.last.eq(n_last), d.index.eq(index_inc),
+                adv.eq(0), d_valid.eq(1),
+                d.first.eq(0), d.last.eq(n_last),
                 d.pay_len.eq(Mux(n_part, r, pmtu_b)), d.has_pay.eq(1),
                 d.beats.eq(Mux(n_part, r_beats, pmtu_beats)),
+                d.pk.eq(Mux(n_part, r_pk, (1 << n) - 1)),
+                d.lik.eq(Mux(n_part, r_lik, (1 << n) - 1)),
                 d.tot_len.eq(Mux(n_part, r_tl, Mux(has_imm & n_last, full["tl_i"], full["tl"]))),
                 d.udp_len.eq(Mux(n_part, r_ul, Mux(has_imm & n_last, full["ul_i"], full["ul"]))),
                 d.reth.eq(0), d.imm.eq(has_imm & n_last),
                 d.bth.opcode.eq(n_opcode), d.bth.se.eq(n_se),
                 d.bth.pad_cnt.eq(Mux(n_part, -r[:2], 0)),
                 d.bth.ack_req.eq(n_last | ack_wrap),
-                d.bth.psn.eq(psn_inc),
-                q.eq(q_dec), eq1.eq(eq2), eq2.eq(eq3), eq3.eq(q_eq4),
+                eq1.eq(eq2), eq2.eq(eq3), eq3.eq(q_eq4),
                 ackcnt.eq(Mux(ack_wrap, 0, ackcnt + 1)),
             ]
         with m.If(xfer & d.last):
@@ -440,38 +490,40 @@ class Segmenter(wiring.Component):
 
         # refresh of a waiting first descriptor by a write-back of its QP
         with m.If(d_valid & d.first & ~d.refused & self.wb.valid & (self.wb.qp == d.qp)):
-            m.d.sync += d.bth.psn.eq(self.wb.psn)
+            m.d.sync += psn.load(self.wb.psn)
             with m.If(self.wb.err):
                 m.d.sync += [d.refuse.eq(WcStatus.LOC_QP_OP_ERR), d.refused.eq(1),
                              d.last.eq(1)]
         with m.If(flushed):
-            m.d.sync += d_valid.eq(0)
+            m.d.sync += [d_valid.eq(0), adv.eq(0)]
 
         with m.If(load):
+            m.d.sync += psn.load(l_psn) + index.load(a["spkt"]) + q.load(l_q)
             m.d.sync += [
                 d_valid.eq(1), tag.eq(~tag),
                 d.qp.eq(w.qp), d.wr_id.eq(w.wr_id), d.tag.eq(tag), d.refuse.eq(refuse),
                 d.refused.eq(refused),
                 d.first.eq(~a["res"]), d.last.eq(l_le | refused), d.resumed.eq(a["res"]),
-                d.has_payload.eq(a["rem"] != 0),
-                d.index.eq(a["spkt"]),
+                d.has_payload.eq(pre["nz"]),
                 d.pay_len.eq(Mux(l_le, a["rem"][:13], l_pmtu_b)),
-                d.has_pay.eq(a["rem"] != 0),
-                d.beats.eq(Mux(l_le, a["beats"], l_pmtu_b >> lg)),
+                d.has_pay.eq(pre["nz"]),
+                d.beats.eq(Mux(l_le, pre["beats"], l_pmtu_b >> lg)),
+                d.pk.eq(Mux(l_le, pre["pk"], (1 << n) - 1)),
+                d.lik.eq(Mux(l_le, pre["lik"], (1 << n) - 1)),
                 # a last packet's lengths were computed with the request; a full first one
                 # has the RETH of a WRITE and no ImmDt
-                d.tot_len.eq(Mux(l_le, a["tl"], Mux(a["reth"], l_full["tl_r"], l_full["tl"]))),
-                d.udp_len.eq(Mux(l_le, a["ul"], Mux(a["reth"], l_full["ul_r"], l_full["ul"]))),
+                d.tot_len.eq(Mux(l_le, pre["tl"], Mux(a["reth"], l_full["tl_r"], l_full["tl"]))),
+                d.udp_len.eq(Mux(l_le, pre["ul"], Mux(a["reth"], l_full["ul_r"], l_full["ul"]))),
                 d.reth.eq(a["reth"]), d.imm.eq(l_imm),
                 d.bth.opcode.eq(l_opcode), d.bth.se.eq(l_se), d.bth.migreq.eq(row.migreq),
                 d.bth.pad_cnt.eq(Mux(l_le, -a["rem"][:2], 0)), d.bth.tver.eq(0),
                 d.bth.p_key.eq(row.p_key), d.bth.dest_qp.eq(row.remote_qpn),
-                d.bth.ack_req.eq(l_le | (cfg.ack_req_every == 1)), d.bth.psn.eq(l_psn),
+                d.bth.ack_req.eq(l_le | (cfg.ack_req_every == 1)),
                 d.va.eq(w.remote_addr), d.r_key.eq(w.r_key), d.dma_length.eq(w.length),
                 d.imm_data.eq(w.imm),
                 d.remote_mac.eq(row.remote_mac), d.remote_ip.eq(row.remote_ip),
                 d.udp_sport.eq(row.udp_sport), d.dscp.eq(row.dscp), d.ecn.eq(row.ecn),
-                q.eq(l_q), eq1.eq(l_eq[0]), eq2.eq(l_eq[1]), eq3.eq(l_eq[2]),
+                eq1.eq(l_eq[0]), eq2.eq(l_eq[1]), eq3.eq(l_eq[2]),
                 r.eq(l_r), r_nz.eq(l_r != 0),
                 pmtu_b.eq(l_pmtu_b), pmtu_beats.eq(l_pmtu_b >> lg),
                 full["tl"].eq(l_full["tl"]), full["ul"].eq(l_full["ul"]),
