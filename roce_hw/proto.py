@@ -24,7 +24,7 @@ __all__ = [
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
+    "QPState", "QP_CONTEXT_FIELDS", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
@@ -426,6 +426,21 @@ class QPState(enum.IntEnum):
     SQD = 4
     SQE = 5
     ERROR = 6
+
+
+#: The QP context of the engine's QP table, ``(field, width in bits)``: declared once, used by the
+#: hardware (:data:`roce_hw.qp_state.QP_CONTEXT`), the models and the tools. ``state`` holds
+#: :class:`QPState` values, ``pmtu`` a :class:`Pmtu` code (1..5); ``next_psn`` is the PSN of the
+#: next packet to send, ``una_psn`` the oldest unacknowledged PSN; ``remote_va``/``r_key``
+#: describe the peer's buffer; ``retry_cnt``, ``rnr_retry``, ``timeout`` (``ibv_qp_attr.timeout``
+#: exponent) and ``min_rnr_timer`` are for the retransmission of a later issue. MACs and IPs are
+#: plain integers (0x0200_0000_0001 is the wire MAC 02:00:00:00:00:01).
+QP_CONTEXT_FIELDS = (
+    ("state", 3), ("remote_qpn", 24), ("remote_mac", 48), ("remote_ip", 32), ("udp_sport", 16),
+    ("dscp", 6), ("ecn", 2), ("p_key", 16), ("migreq", 1), ("pmtu", 3), ("next_psn", 24),
+    ("una_psn", 24), ("remote_va", 64), ("r_key", 32), ("retry_cnt", 3), ("rnr_retry", 3),
+    ("timeout", 5), ("min_rnr_timer", 5),
+)
 
 
 class WrOpcode(enum.IntEnum):

@@ -15,33 +15,10 @@ __all__ = ["QP_CONTEXT", "MAX_QPS", "qp_index_width", "local_qpn", "qp_index",
 #: Largest number of queue pairs a table can hold (``EngineConfig.n_qp`` has the same bound).
 MAX_QPS = 16384
 
-#: One QP context row. ``state`` holds :class:`roce_hw.proto.QPState` values, ``pmtu`` a
-#: :class:`roce_hw.proto.Pmtu` code (1..5); ``next_psn`` is the PSN of the next packet to send,
-#: ``una_psn`` the oldest unacknowledged PSN; ``remote_va``/``r_key`` describe the peer's buffer;
-#: ``retry_cnt``, ``rnr_retry``, ``timeout`` (``ibv_qp_attr.timeout`` exponent) and
-#: ``min_rnr_timer`` are kept for the retransmit logic of a later issue. MACs, IPs and the other
-#: numbers are plain integers (``remote_mac`` 0x0200_0000_0001 is the wire MAC 02:00:00:00:00:01).
-#: The local QPN is not stored: it is :func:`local_qpn` of the row index.
-QP_CONTEXT = data.StructLayout({
-    "state":         3,
-    "remote_qpn":    24,
-    "remote_mac":    48,
-    "remote_ip":     32,
-    "udp_sport":     16,
-    "dscp":          6,
-    "ecn":           2,
-    "p_key":         16,
-    "migreq":        1,
-    "pmtu":          3,
-    "next_psn":      24,
-    "una_psn":       24,
-    "remote_va":     64,
-    "r_key":         32,
-    "retry_cnt":     3,
-    "rnr_retry":     3,
-    "timeout":       5,
-    "min_rnr_timer": 5,
-})
+#: One QP context row: :data:`roce_hw.proto.QP_CONTEXT_FIELDS` as a ``data.StructLayout`` (the
+#: field meanings are documented there). The local QPN is not stored: it is :func:`local_qpn`
+#: of the row index.
+QP_CONTEXT = data.StructLayout(dict(proto.QP_CONTEXT_FIELDS))
 
 # The row is split across memories by writer, so that every internal writer touches only its own
 # field(s) and can never clobber (or be clobbered by) a concurrent management write of another.

@@ -267,27 +267,20 @@ def _pmtu_of(qps, index):
 
 def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                     ip_id_start=None):
-    """The frames the golden model says the engine must send for ``wrs`` (all accepted); the
-    first IP ID is ``ip_id_start``, by default ``config.ip_id_start``."""
-    from roce_hw.model.packet import QPPath, build_request_frame
-    from roce_hw.model.segment import segment_message
-    by_index = {q.index: q for q in qps}
-    next_psn = {q.index: q.start_psn for q in qps}
-    ip_id = config.ip_id_start if ip_id_start is None else ip_id_start
-    frames = []
+    """The frames the requester model (:class:`roce_hw.model.requester.RequesterModel`) says
+    the engine sends for ``wrs`` (aborted ones left out); the first IP ID is ``ip_id_start``,
+    by default ``config.ip_id_start``."""
+    from roce_hw.model.requester import RequesterModel
+    model = RequesterModel(n_qp=config.n_qp, ack_req_every=config.ack_req_every, ttl=config.ttl,
+                           ip_id_start=config.ip_id_start if ip_id_start is None
+                           else ip_id_start, local_mac=local_mac, local_ip=local_ip)
+    for q in qps:
+        model.write_qp(q.index, _qp_context(q))
     for w in wrs:
-        q = by_index[w.qp]
-        path = QPPath(src_mac=local_mac, dst_mac=q.remote_mac, src_ip=local_ip,
-                      dst_ip=q.remote_ip, dest_qp=q.remote_qpn, udp_sport=q.udp_sport,
-                      dscp=q.dscp, ecn=q.ecn, p_key=q.p_key, migreq=q.migreq)
-        pkts = segment_message(w.opcode, w.payload, pmtu=q.pmtu, start_psn=next_psn[w.qp],
-                               remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
-                               solicited=w.solicited, ack_req_every=config.ack_req_every)
-        for p in pkts:
-            frames.append(build_request_frame(path, p, ip_id=ip_id))
-            ip_id = (ip_id + 1) & 0xFFFF
-        next_psn[w.qp] = (next_psn[w.qp] + len(pkts)) & proto.PSN_MASK
-    return frames
+        model.post(qp=w.qp, opcode=w.opcode, payload=w.payload, length=w.wr_length,
+                   wr_id=w.wr_id, remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
+                   solicited=w.solicited)
+    return model.frames
 
 
 def count_mismatches(got, expect):

@@ -12,6 +12,7 @@ from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.model.icrc import frame_icrc_ok
 from roce_hw.model.packet import QPPath, build_request_frame, parse_frame
+from roce_hw.model.requester import RequesterModel
 from roce_hw.model.segment import segment_message
 from roce_hw.tx.engine import TxEngine
 from roce_hw.verbs import WcStatus
@@ -78,47 +79,31 @@ class Resume(WR):
 
 
 def expected(config, qps, wrs, reconfig=None):
-    """Reference behaviour built on the golden model: list of ``(qp, PacketSpec)`` sent
-    (not aborted), list of status dicts, number of aborted frames. ``reconfig`` maps a WR
-    position to a QP rewritten through the management port after that WR."""
-    by_index = {q.index: q for q in qps}
-    psn = {q.index: q.start_psn for q in qps}
-    state = {q.index: q.state for q in qps}
-    sent, statuses, aborted = [], [], 0
+    """Reference behaviour from the requester model (:mod:`roce_hw.model.requester`): list of
+    ``(qp, PacketSpec)`` sent (not aborted), list of status dicts, number of aborted frames.
+    ``reconfig`` maps a WR position to a QP rewritten through the management port after that
+    WR."""
+    model = RequesterModel(n_qp=config.n_qp, ack_req_every=config.ack_req_every,
+                           ttl=config.ttl, ip_id_start=config.ip_id_start,
+                           local_mac=LOCAL_MAC, local_ip=LOCAL_IP)
+    by_index = {}
+    for q in qps:
+        model.write_qp(q.index, q.ctx())
+        by_index[q.index] = q
+    sent = []
     for pos, w in enumerate(wrs):
         if reconfig and pos - 1 in reconfig:
             q = reconfig[pos - 1]
-            by_index[q.index], psn[q.index], state[q.index] = q, q.start_psn, q.state
-        q = by_index.get(w.qp)
-        if q is None or state[w.qp] != proto.QPState.RTS or w.opcode not in OPS:
-            statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_QP_OP_ERR})
-            continue
-        if w.length > 1 << 31:
-            statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_LEN_ERR})
-            continue
-        if len(w.payload) != w.length and (min(len(w.payload), w.length) - 1) // q.pmtu == 0:
-            aborted += 1      # mismatch in the first packet: nothing sent, QP unchanged
-            statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_LEN_ERR})
-            continue
-        body = w.payload[:w.length].ljust(w.length, b"\0")
-        pkts = segment_message(w.opcode, body, pmtu=q.pmtu, start_psn=psn[w.qp],
-                               remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
-                               solicited=w.solicited, ack_req_every=config.ack_req_every)
-        if len(w.payload) == w.length:
-            sent += [(q, p) for p in pkts]
-            psn[w.qp] = (pkts[-1].psn + 1) & proto.PSN_MASK
-            continue
-        # length mismatch: the packet holding the last byte seen (short) or the declared
-        # last byte (long) is aborted; the packets before it went out
-        n = min(len(w.payload), w.length)
-        bad = (n - 1) // q.pmtu
-        sent += [(q, p) for p in pkts[:bad]]
-        aborted += 1
-        statuses.append({"wr_id": w.wr_id, "qp": w.qp, "status": WcStatus.LOC_LEN_ERR})
-        if bad > 0:
-            state[w.qp] = proto.QPState.ERROR
-            psn[w.qp] = pkts[bad].psn
-    return sent, statuses, aborted
+            model.write_qp(q.index, q.ctx())
+            by_index[q.index] = q
+        extra = {"start_packet": w.start_packet, "start_psn": w.start_psn} \
+            if isinstance(w, Resume) else {}
+        for s in model.post(qp=w.qp, opcode=w.opcode, payload=w.payload, length=w.length,
+                            wr_id=w.wr_id, remote_addr=w.remote_addr, r_key=w.r_key,
+                            imm=w.imm, solicited=w.solicited, **extra):
+            if s.frame is not None:
+                sent.append((by_index[s.qp], s.packet))
+    return sent, model.statuses, model.aborted
 
 
 def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=0.0,

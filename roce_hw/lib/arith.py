@@ -11,7 +11,7 @@ piece: about 5 cells at any width.
 
 from amaranth import *
 
-__all__ = ["FastCounter", "event_counter"]
+__all__ = ["FastCounter", "event_counter", "or_tree"]
 
 
 class FastCounter:
@@ -72,3 +72,13 @@ def event_counter(m, width, inc, name, *, saturate=False):
     with m.If(inc & ~c.value.all() if saturate else inc):
         m.d.sync += c.advance()
     return c.value
+
+
+def or_tree(values):
+    """OR of a list of values as a balanced tree (an AND-OR select of one-hot terms builds no
+    priority chain)."""
+    values = list(values)
+    while len(values) > 1:
+        values = [values[k] | values[k + 1] if k + 1 < len(values) else values[k]
+                  for k in range(0, len(values), 2)]
+    return values[0]

@@ -5,20 +5,15 @@ from .. import proto
 
 __all__ = ["CONTEXT_FIELDS", "QPStateModel"]
 
-#: Field name -> width in bits of a QP context row (the hardware's ``QP_CONTEXT``).
-CONTEXT_FIELDS = {
-    "state": 3, "remote_qpn": 24, "remote_mac": 48, "remote_ip": 32, "udp_sport": 16,
-    "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1, "pmtu": 3, "next_psn": 24, "una_psn": 24,
-    "remote_va": 64, "r_key": 32, "retry_cnt": 3, "rnr_retry": 3, "timeout": 5,
-    "min_rnr_timer": 5,
-}
+#: Field name -> width in bits of a QP context row (:data:`roce_hw.proto.QP_CONTEXT_FIELDS`).
+CONTEXT_FIELDS = dict(proto.QP_CONTEXT_FIELDS)
 
 
 class QPStateModel:
     """Transaction-level model of ``QPStateTable``: every row starts all-zero (state RESET).
 
-    Within one clock cycle the hardware applies its writes before its reads (reads are
-    transparent), so a cycle is modelled as: the write calls of that cycle, then its reads.
+    Within one clock cycle the hardware's management port reads after that cycle's writes
+    (transparent) and its ``tx_rd`` port before them.
 
     Parameters
     ----------

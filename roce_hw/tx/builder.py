@@ -7,12 +7,14 @@ from amaranth.lib.wiring import In, Out
 
 from .. import proto
 from ..config import check_data_width
+from ..lib.arith import or_tree
 from ..lib.header import HeaderInserter, inserter_hdr_layout
 from ..lib.icrc import ICRCInserter
 from ..lib.ipv4 import IPv4Checksum
 from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
 
 __all__ = ["PacketBuilder"]
+
 
 
 class PacketBuilder(wiring.Component):
@@ -136,10 +138,8 @@ class PacketBuilder(wiring.Component):
         at_csum = Signal()
         data_out = Signal(w)
         m.d.comb += at_csum.eq(pos[beat_no])
-        cs = Signal(16)
-        for k in range(depth):
-            with m.If(cs_rp[k]):
-                m.d.comb += cs.eq(cs_mem[k])
+        cs = Signal(16)             # AND-OR select by the one-hot pointer (no priority chain)
+        m.d.comb += cs.eq(or_tree([cs_mem[k] & cs_rp[k].replicate(16) for k in range(depth)]))
         m.d.comb += data_out.eq(icrc.o.payload.data)
         with m.If(at_csum):
             # wire order: the checksum's high byte first

@@ -5,9 +5,11 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..lib.arith import or_tree
 from ..qp_state import qp_index_width
 
 __all__ = ["WriteBackSignature", "PsnForward"]
+
 
 
 class WriteBackSignature(wiring.Signature):
@@ -91,16 +93,27 @@ class PsnForward(wiring.Component):
         psn = [Signal(24, name=f"e{k}_psn") for k in range(n)]
         err = [Signal(name=f"e{k}_err") for k in range(n)]
 
-        # look-up: the write-back of this cycle first, then the entries newest (0) first
-        with m.If(self.wb.valid & (self.wb.qp == self.q_qp)):
-            m.d.comb += [self.q_hit.eq(1), self.q_psn.eq(self.wb.psn), self.q_err.eq(self.wb.err)]
+        # at most one valid entry per QP (a write-back drops the older ones of its QP), so the
+        # look-up is an AND-OR select with no priority chain; the write-back of this cycle wins
+        hit = [Signal(name=f"e{k}_hit") for k in range(n)]
         for k in range(n):
-            with m.Elif(valid[k] & (qp[k] == self.q_qp)):
-                m.d.comb += [self.q_hit.eq(1), self.q_psn.eq(psn[k]), self.q_err.eq(err[k])]
+            m.d.comb += hit[k].eq(valid[k] & (qp[k] == self.q_qp))
+        wb_hit = Signal()
+        cam_psn = Signal(24)
+        cam_err = Signal()
+        m.d.comb += [
+            wb_hit.eq(self.wb.valid & (self.wb.qp == self.q_qp)),
+            cam_psn.eq(or_tree([psn[k] & hit[k].replicate(24) for k in range(n)])),
+            cam_err.eq(or_tree([err[k] & hit[k] for k in range(n)])),
+            self.q_hit.eq(wb_hit | or_tree(hit)),
+            self.q_psn.eq(Mux(wb_hit, self.wb.psn, cam_psn)),
+            self.q_err.eq(Mux(wb_hit, self.wb.err, cam_err)),
+        ]
 
         kill = [Signal(name=f"e{k}_kill") for k in range(n)]
         for k in range(n):
-            m.d.comb += kill[k].eq(self.snoop_valid & (qp[k] == self.snoop_qp))
+            m.d.comb += kill[k].eq((self.snoop_valid & (qp[k] == self.snoop_qp)) |
+                                   (self.wb.valid & (qp[k] == self.wb.qp)))
             with m.If(kill[k]):
                 m.d.sync += valid[k].eq(0)
         with m.If(self.wb.valid):

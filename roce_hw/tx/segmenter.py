@@ -180,11 +180,15 @@ class Segmenter(wiring.Component):
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, "``rem`` is not a multiple of 4" and a constant chosen
         by the variant."""
-        q4 = Signal(7, name=f"{name}_b4")          # header words + "not a multiple of 4"
-        with m.Switch(Cat(rem[:2].any(), imm, reth)):
+        # header words + "not a multiple of 4", for the IPv4 and the UDP length: constants
+        # chosen by a switch (no adder in front of the one below)
+        q4 = Signal(7, name=f"{name}_b4")
+        u4c = Signal(7, name=f"{name}_u4c")
+        with m.Switch(Cat(rem[0] | rem[1], imm, reth)):
             for c in range(8):
                 with m.Case(c):
-                    m.d.comb += q4.eq(self._l3_bytes(c >> 2, (c >> 1) & 1) // 4 + (c & 1))
+                    words = self._l3_bytes(c >> 2, (c >> 1) & 1) // 4 + (c & 1)
+                    m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
         tl = Signal(16, name=f"{name}_tl")
         ul = Signal(16, name=f"{name}_ul")
         beats = Signal(13 - self._lg, name=f"{name}_beats")
@@ -192,7 +196,7 @@ class Segmenter(wiring.Component):
         u4 = Signal(12, name=f"{name}_ul4")
         m.d.comb += [
             t4.eq(rem[2:13] + q4),
-            u4.eq(rem[2:13] + (q4 - proto.IPV4.size // 4)),
+            u4.eq(rem[2:13] + u4c),
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
             beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
@@ -200,7 +204,8 @@ class Segmenter(wiring.Component):
 
     def _pre_shapes(self):
         n = self._n
-        return [("le", len(_PMTU_CODES)), ("nz", 1), ("tl", 16), ("ul", 16),
+        return [("le", len(_PMTU_CODES)), ("qeq", 3 * len(_PMTU_CODES)), ("nz", 1),
+                ("tl", 16), ("ul", 16),
                 ("beats", 13 - self._lg), ("pk", n), ("lik", n)]
 
     def _keeps(self, m, rem, name):
@@ -210,9 +215,12 @@ class Segmenter(wiring.Component):
         cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        for j in range(n):
-            m.d.comb += [pk[j].eq(~cnt.any() | (cnt > j) if j < n - 1 else ~cnt.any()),
-                         lik[j].eq(~cnt.any() | (cnt > (j & ~3)))]
+        # a table of constants (one small LUT function per bit, no comparator chains)
+        with m.Switch(cnt):
+            for c in range(n):
+                with m.Case(c):
+                    full = c or n
+                    m.d.comb += [pk.eq((1 << full) - 1), lik.eq((1 << ((full + 3) & ~3)) - 1)]
         return pk, lik
 
     def _precompute(self, m, rem, reth, imm, name):
@@ -220,8 +228,12 @@ class Segmenter(wiring.Component):
         :meth:`_pre_shapes`), computed before the PMTU is known."""
         out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
                "nz": Signal(name=f"{name}_nz")}
+        out["qeq"] = Signal(3 * len(_PMTU_CODES), name=f"{name}_qeq")
         for i, c in enumerate(_PMTU_CODES):
             m.d.comb += out["le"][i].eq(_le_pow2(rem, 7 + c))
+            # full packets of the message (rem >> log2(PMTU)) equal to 1, 2, 3
+            for j in (1, 2, 3):
+                m.d.comb += out["qeq"][3 * i + j - 1].eq(rem[7 + c:] == j)
         m.d.comb += out["nz"].eq(rem.any())
         out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name)
         out["pk"], out["lik"] = self._keeps(m, rem, name)
@@ -445,7 +457,7 @@ class Segmenter(wiring.Component):
         l_opcode, l_se = bth_fields(a["first"], l_le, w.opcode[:2], w.solicited, "l")
         l_eq = [Signal(name=f"l_q_eq{k}") for k in (1, 2, 3)]
         for k, s in zip((1, 2, 3), l_eq):
-            m.d.comb += s.eq(l_q == k)
+            _select(m, code, [pre["qeq"][3 * i + k - 1] for i in range(npm)], s)
 
         # -------- advance: the packet after the one on `o`
         n_last = Signal()

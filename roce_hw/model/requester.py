@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Transaction-level model of the requester (the TX engine): QP table, work and resume requests
+in, frames and status reports out (no Amaranth).
+
+One model for the tests, ``sim.traffic`` and the co-simulation; the reliability issue extends it
+(ACKs, go-back-N, completions). It follows the engine's documented behaviour
+(:class:`roce_hw.tx.engine.TxEngine`), built on the golden segmentation and packet builders.
+"""
+
+from dataclasses import dataclass, field
+
+from .. import proto
+from .packet import QPPath, build_request_frame
+from .qp_state import QPStateModel
+from .segment import segment_message
+
+__all__ = ["Sent", "RequesterModel"]
+
+#: ``ibv_wc_status`` values of the engine's status reports.
+LOC_LEN_ERR = 1
+LOC_QP_OP_ERR = 2
+
+_OPS = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM, proto.WrOpcode.SEND,
+        proto.WrOpcode.SEND_WITH_IMM)
+
+
+@dataclass
+class Sent:
+    """A frame the engine puts on its output: ``frame`` is ``None`` for an aborted one (its
+    bytes are unspecified), else the whole frame; ``qp`` its QP index, ``packet`` its
+    :class:`~roce_hw.model.segment.PacketSpec` (``None`` if aborted)."""
+    qp: int
+    ip_id: int
+    frame: bytes | None
+    packet: object = None
+
+
+@dataclass
+class RequesterModel:
+    """The engine's requester side as a sequence of transactions.
+
+    Parameters
+    ----------
+    n_qp, ack_req_every, ttl, ip_id_start
+        As :class:`roce_hw.config.EngineConfig`.
+    local_mac, local_ip : int
+        The engine's addresses.
+
+    Attributes
+    ----------
+    qps : QPStateModel
+        The QP table (write rows with :meth:`write_qp`).
+    sent : list of Sent
+        Every frame, in order.
+    statuses : list of dict
+        Every report ``{wr_id, qp, status}``, in order.
+    """
+    n_qp: int = 16
+    ack_req_every: int = 64
+    ttl: int = 64
+    ip_id_start: int = 0
+    local_mac: int = 0x02_00_00_00_00_01
+    local_ip: int = 0x0A_00_00_01
+    qps: QPStateModel = field(init=False)
+    sent: list = field(init=False, default_factory=list)
+    statuses: list = field(init=False, default_factory=list)
+
+    def __post_init__(self):
+        self.qps = QPStateModel(self.n_qp)
+        self.ip_id = self.ip_id_start
+
+    # ------------------------------------------------------------------ set-up
+    def write_qp(self, index, ctx):
+        """Write QP row ``index`` (fields of :data:`roce_hw.proto.QP_CONTEXT_FIELDS`; missing
+        ones are 0)."""
+        rsp = self.qps.mgmt(index, 1, ctx)
+        if rsp["error"]:
+            raise ValueError(f"QP index {index} is out of range (n_qp = {self.n_qp})")
+
+    def path(self, row):
+        """The :class:`~roce_hw.model.packet.QPPath` of a QP row."""
+        return QPPath(src_mac=self.local_mac, dst_mac=row["remote_mac"], src_ip=self.local_ip,
+                      dst_ip=row["remote_ip"], dest_qp=row["remote_qpn"],
+                      udp_sport=row["udp_sport"], dscp=row["dscp"], ecn=row["ecn"],
+                      ttl=self.ttl, p_key=row["p_key"], migreq=row["migreq"])
+
+    @property
+    def frames(self):
+        """The frames that were not aborted."""
+        return [s.frame for s in self.sent if s.frame is not None]
+
+    @property
+    def aborted(self):
+        """Number of aborted frames."""
+        return sum(1 for s in self.sent if s.frame is None)
+
+    # ------------------------------------------------------------------ requests
+    def _refuse(self, wr_id, qp, status):
+        self.statuses.append({"wr_id": wr_id, "qp": qp, "status": status})
+
+    def _emit(self, qp, frame, packet=None):
+        self.sent.append(Sent(qp, self.ip_id, frame, packet))
+        self.ip_id = (self.ip_id + 1) & 0xFFFF
+
+    def post(self, *, qp, opcode, payload, length=None, wr_id=0, remote_addr=0, r_key=0,
+             imm=0, solicited=False, start_packet=None, start_psn=0):
+        """One work request (or, with ``start_packet``, a resume request: ``payload`` is the
+        whole message, the engine is given its bytes from ``start_packet * PMTU`` on).
+
+        ``length`` is the length the request declares (default ``len(payload)``): a different
+        value is a length mismatch. Returns the :class:`Sent` records of this request.
+        """
+        first_sent = len(self.sent)
+        length = len(payload) if length is None else int(length)
+        row = self.qps.rows[qp] if 0 <= qp < self.n_qp else None
+        resume = start_packet is not None
+        try:
+            op = proto.WrOpcode(opcode)
+        except ValueError:
+            op = None
+        if row is None or row["state"] != proto.QPState.RTS or op not in _OPS or \
+                row["pmtu"] not in {int(c) for c in proto.PMTU_BYTES}:
+            self._refuse(wr_id, qp, LOC_QP_OP_ERR)
+            return self.sent[first_sent:]
+        if length > 1 << 31:
+            self._refuse(wr_id, qp, LOC_LEN_ERR)
+            return self.sent[first_sent:]
+        pmtu = proto.pmtu_bytes(row["pmtu"])
+        j = start_packet or 0
+        npk = max(1, -(-length // pmtu))
+        if resume and j >= npk:
+            self._refuse(wr_id, qp, LOC_QP_OP_ERR)
+            return self.sent[first_sent:]
+        given = payload[j * pmtu:] if resume else payload        # what the engine is given
+        want = length - j * pmtu if resume else length            # what it expects of it
+        body = (bytes(payload[:length]) + bytes(max(0, length - len(payload))))
+        pkts = segment_message(op, body, pmtu=pmtu,
+                               start_psn=start_psn if resume else row["next_psn"],
+                               remote_addr=remote_addr, r_key=r_key, imm=imm,
+                               solicited=solicited, ack_req_every=self.ack_req_every,
+                               start_packet=j)
+        path = self.path(row)
+        if len(given) == want:
+            for p in pkts:
+                self._emit(qp, build_request_frame(path, p, ip_id=self.ip_id), p)
+            if not resume:
+                row["next_psn"] = (pkts[-1].psn + 1) & proto.PSN_MASK
+            return self.sent[first_sent:]
+        # length mismatch: the packet holding the last byte seen (short) or the declared last
+        # byte (long) is aborted; the packets before it went out
+        n = min(len(given), want)
+        bad = max(0, n - 1) // pmtu
+        for p in pkts[:bad]:
+            self._emit(qp, build_request_frame(path, p, ip_id=self.ip_id), p)
+        self._emit(qp, None)
+        self._refuse(wr_id, qp, LOC_LEN_ERR)
+        if bad > 0:
+            row["state"] = proto.QPState.ERROR
+            row["next_psn"] = pkts[bad].psn
+        return self.sent[first_sent:]
