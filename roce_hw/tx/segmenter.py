@@ -175,28 +175,38 @@ class Segmenter(wiring.Component):
         return m
 
     # ------------------------------------------------------------------ lengths
-    def _last_lengths(self, m, rem, reth, imm, name):
+    def _last_lengths(self, m, rem, reth, imm, name, opcode=None):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, "``rem`` is not a multiple of 4" and a constant chosen
-        by the variant."""
-        # header words + "not a multiple of 4", for the IPv4 and the UDP length: constants
-        # chosen by a switch (no adder in front of the one below)
+        by the variant (given by ``reth``/``imm``, or decoded from a WR ``opcode`` in the same
+        table, which saves a level)."""
+        # header words for the IPv4 and the UDP length: constants chosen by the variant; "not a
+        # multiple of 4" enters the adder as its carry in (the low position of both operands)
         q4 = Signal(7, name=f"{name}_b4")
         u4c = Signal(7, name=f"{name}_u4c")
-        with m.Switch(Cat(rem[0] | rem[1], imm, reth)):
-            for c in range(8):
-                with m.Case(c):
-                    words = self._l3_bytes(c >> 2, (c >> 1) & 1) // 4 + (c & 1)
-                    m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
+        nz = Signal(name=f"{name}_nz4")
+        m.d.comb += nz.eq(rem[0] | rem[1])
+        if opcode is None:
+            with m.Switch(Cat(imm, reth)):
+                for c in range(4):
+                    with m.Case(c):
+                        words = self._l3_bytes(c >> 1, c & 1) // 4
+                        m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
+        else:
+            with m.Switch(opcode):
+                for op in proto.WrOpcode:
+                    with m.Case(int(op)):
+                        words = self._l3_bytes(op in _WRITES, op in _WITH_IMM) // 4
+                        m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
         tl = Signal(16, name=f"{name}_tl")
         ul = Signal(16, name=f"{name}_ul")
         beats = Signal(13 - self._lg, name=f"{name}_beats")
         t4 = Signal(12, name=f"{name}_tl4")
         u4 = Signal(12, name=f"{name}_ul4")
         m.d.comb += [
-            t4.eq(rem[2:13] + q4),
-            u4.eq(rem[2:13] + u4c),
+            t4.eq((Cat(nz, rem[2:13]) + Cat(nz, q4))[1:]),
+            u4.eq((Cat(nz, rem[2:13]) + Cat(nz, u4c))[1:]),
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
             beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
@@ -215,15 +225,13 @@ class Segmenter(wiring.Component):
         cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        # a table of constants (one small LUT function per bit, no comparator chains)
-        with m.Switch(cnt):
-            for c in range(n):
-                with m.Case(c):
-                    full = c or n
-                    m.d.comb += [pk.eq((1 << full) - 1), lik.eq((1 << ((full + 3) & ~3)) - 1)]
+        # a shifted mask (a multiplexer tree, no comparator or carry chain); the padded keep is
+        # the payload keep with every 4-byte group that has a byte filled
+        m.d.comb += pk.eq(Mux(cnt.any(), ~(Const((1 << n) - 1, n) << cnt)[:n], (1 << n) - 1))
+        m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
-    def _precompute(self, m, rem, reth, imm, name):
+    def _precompute(self, m, rem, reth, imm, name, opcode=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
         :meth:`_pre_shapes`), computed before the PMTU is known."""
         out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
@@ -235,7 +243,7 @@ class Segmenter(wiring.Component):
             for j in (1, 2, 3):
                 m.d.comb += out["qeq"][3 * i + j - 1].eq(rem[7 + c:] == j)
         m.d.comb += out["nz"].eq(rem.any())
-        out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name)
+        out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode)
         out["pk"], out["lik"] = self._keeps(m, rem, name)
         return out
 
@@ -285,7 +293,7 @@ class Segmenter(wiring.Component):
         m.d.comb += [reth.eq((wr_in.opcode == _WRITES[0]) | (wr_in.opcode == _WRITES[1])),
                      imm.eq((wr_in.opcode == _WITH_IMM[0]) | (wr_in.opcode == _WITH_IMM[1]))]
         length = self.wr.payload.length
-        pre_w = self._precompute(m, length, reth, imm, "w")
+        pre_w = self._precompute(m, length, reth, imm, "w", opcode=self.wr.payload.opcode)
         with m.If(go_r | go_w):
             m.d.sync += [
                 a["valid"].eq(1), a["wr"].eq(wr_in), a["res"].eq(go_r),
