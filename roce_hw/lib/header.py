@@ -349,10 +349,10 @@ class HeaderInserter(wiring.Component):
 
         beat = self._beat(m, geo, hd, hc, act, post, tph, e_sh, e_all, tail, t_keep, t_abort,
                           p_end, s0, therm1)
+        # (the payload register loads whenever it may: a beat that is not produced is not
+        # valid, so `produce` stays off the wide data path's enable)
         with m.If(o_load):
-            m.d.sync += self.o.valid.eq(produce)
-            with m.If(produce):
-                m.d.sync += self.o.payload.eq(beat)
+            m.d.sync += [self.o.valid.eq(produce), self.o.payload.eq(beat)]
 
         # header register
         hd_valid_n = Signal()

@@ -390,6 +390,12 @@ class ICRCInserter(wiring.Component):
         """Cycles from an input beat's transfer to its appearance on ``o`` (no stalls)."""
         return 3 + self._rev_cycles
 
+    @staticmethod
+    def latency_for(data_width, *, rewind_per_cycle=2):
+        """:attr:`latency` of an inserter with these parameters, without building one."""
+        q_bits = (check_data_width(data_width) // 8 - 1).bit_length() - 2
+        return 3 + -(-q_bits // rewind_per_cycle)
+
     def elaborate(self, platform):
         m = Module()
         w, n = self._width, self._nbytes

@@ -63,7 +63,7 @@ class PacketBuilder(wiring.Component):
     @property
     def latency(self):
         """Cycles from a ``hdr`` transfer (idle builder) to the first beat on ``o``."""
-        return HeaderInserter.latency + ICRCInserter(self._width).latency + 1
+        return HeaderInserter.latency + ICRCInserter.latency_for(self._width) + 1
 
     def elaborate(self, platform):
         m = Module()

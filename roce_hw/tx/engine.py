@@ -184,7 +184,7 @@ class TxEngine(wiring.Component):
         n = self._config.data_bytes
         min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
         first = 2 + (3 if min_header < n else HeaderInserter.latency)
-        return first + ICRCInserter(self._config.data_width).latency + 1
+        return first + ICRCInserter.latency_for(self._config.data_width) + 1
 
     @property
     def config(self):

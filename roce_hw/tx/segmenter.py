@@ -182,7 +182,7 @@ class Segmenter(wiring.Component):
         by the variant (given by ``reth``/``imm``, or decoded from a WR ``opcode`` in the same
         table, which saves a level)."""
         # header words for the IPv4 and the UDP length: constants chosen by the variant; "not a
-        # multiple of 4" enters the adder as its carry in (the low position of both operands)
+        # multiple of 4" enters the adder as its carry in
         q4 = Signal(7, name=f"{name}_b4")
         u4c = Signal(7, name=f"{name}_u4c")
         nz = Signal(name=f"{name}_nz4")
@@ -205,8 +205,9 @@ class Segmenter(wiring.Component):
         t4 = Signal(12, name=f"{name}_tl4")
         u4 = Signal(12, name=f"{name}_ul4")
         m.d.comb += [
-            t4.eq((Cat(nz, rem[2:13]) + Cat(nz, q4))[1:]),
-            u4.eq((Cat(nz, rem[2:13]) + Cat(nz, u4c))[1:]),
+            # (a one-bit addend becomes the adder's carry in: one chain)
+            t4.eq(rem[2:13] + q4 + nz),
+            u4.eq(rem[2:13] + u4c + nz),
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
             beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
@@ -327,7 +328,7 @@ class Segmenter(wiring.Component):
         precomputes from the rest, one step per cycle."""
         row = self.qp_rd.data
         npm = len(_PMTU_CODES)
-        step = Signal(range(8), name="res_step")
+        step = Signal(8, init=1, name="res_step")   # one-hot: each step enables with one AND
         off = Signal(36, name="res_off")
         lsh = Signal(36, name="res_len")
         rest = Signal(36, name="res_rest")
@@ -348,22 +349,20 @@ class Segmenter(wiring.Component):
         m.d.sync += zero.eq(~a["rem"].any())
         pre_r = self._precompute(m, a["rem"], a["reth"], a["imm"], "r")
         with m.If(going):
-            m.d.sync += step.eq(step + 1)
-            with m.Switch(step):
-                with m.Case(0):
-                    m.d.sync += [off.eq(off_in), lsh.eq(a["wr"].length), borrow.eq(0)]
-                with m.Case(1, 2, 3):
-                    m.d.sync += [borrow.eq(part[12]), rest.eq(Cat(rest[12:], part[:12])),
-                                 off.eq(off[12:]), lsh.eq(lsh[12:])]
-                with m.Case(4):
-                    m.d.sync += a["rem"].eq(Mux(borrow, 0, rest[:32]))
-                with m.Case(6):
-                    # not a packet of the message: past its end, or past byte 0 of a 0-byte one
-                    with m.If(borrow | (zero & ~a["first"])):
-                        m.d.sync += [a["bad_res"].eq(1), a["rem"].eq(0)]
-                with m.Case(7):
-                    m.d.sync += [a["ready"].eq(1), step.eq(0)]
-                    m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
+            m.d.sync += step.eq(step.rotate_left(1))
+        with m.If(going & step[0]):
+            m.d.sync += [off.eq(off_in), lsh.eq(a["wr"].length), borrow.eq(0)]
+        with m.If(going & (step[1] | step[2] | step[3])):
+            m.d.sync += [borrow.eq(part[12]), rest.eq(Cat(rest[12:], part[:12])),
+                         off.eq(off[12:]), lsh.eq(lsh[12:])]
+        with m.If(going & step[4]):
+            m.d.sync += a["rem"].eq(Mux(borrow, 0, rest[:32]))
+        # not a packet of the message: past its end, or past byte 0 of a 0-byte one
+        with m.If(going & step[6] & (borrow | (zero & ~a["first"]))):
+            m.d.sync += [a["bad_res"].eq(1), a["rem"].eq(0)]
+        with m.If(going & step[7]):
+            m.d.sync += [a["ready"].eq(1)]
+            m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
 
     # ------------------------------------------------------------------ emit
     def _emit(self, m, a):

