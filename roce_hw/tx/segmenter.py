@@ -309,7 +309,9 @@ class Segmenter(wiring.Component):
                 a["bad_res"].eq(0),
                 a["ready"].eq(go_w), a["rem"].eq(length),
             ]
-        with m.If(go_w):
+        # (loaded in every cycle the accept register is empty, so also in the one a WR is taken:
+        # a one-register enable keeps the precompute paths short)
+        with m.If(~a["valid"]):
             m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
         with m.Elif(a["take"]):
             m.d.sync += a["valid"].eq(0)
@@ -362,7 +364,8 @@ class Segmenter(wiring.Component):
             m.d.sync += [a["bad_res"].eq(1), a["rem"].eq(0)]
         with m.If(going & step[7]):
             m.d.sync += [a["ready"].eq(1)]
-            m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
+        # (computed every cycle from a_rem, which no longer changes after step 6)
+        m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
 
     # ------------------------------------------------------------------ emit
     def _emit(self, m, a):

@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""The small generic blocks of roce_hw.lib: FastCounter, ReadyBreak, IPv4Checksum,
+IPv4Identification, against plain-Python references."""
+
+import random
+import struct
+
+import pytest
+from amaranth import Module, Signal
+
+from roce_hw import layouts, proto
+from roce_hw.lib.arith import FastCounter, event_counter, or_tree
+from roce_hw.lib.ipv4 import IPv4Checksum, IPv4Identification
+from roce_hw.lib.stream import ReadyBreak
+from sim.harness import run_simulation
+
+__all__ = []
+
+
+def _rfc1071(header: bytes) -> int:
+    """Independent reference: RFC 1071 one's-complement checksum of a 20-byte header whose
+    checksum field is taken as zero."""
+    h = bytearray(header)
+    h[10:12] = b"\0\0"
+    total = sum(struct.unpack("!10H", bytes(h)))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+@pytest.mark.parametrize("down", [False, True])
+@pytest.mark.parametrize("width", [8, 24, 32])
+def test_fast_counter_counts_wraps_and_loads(width, down):
+    m = Module()
+    step = Signal()
+    load = Signal()
+    value = Signal(width)
+    c = FastCounter(m, width, "c", down=down, chunk=4 if width == 8 else 12)
+    with m.If(load):
+        m.d.sync += c.load(value)
+    with m.Elif(step):
+        m.d.sync += c.advance()
+    rng = random.Random(width * 2 + down)
+    mask = (1 << width) - 1
+    # values around every chunk boundary, and wrap-around
+    starts = [0, mask, 1, (1 << 12) - 1, 1 << 12, (1 << 24) - 2, (1 << 24) & mask] + \
+        [rng.randrange(1 << width) for _ in range(20)]
+
+    async def tb(ctx):
+        for start in starts:
+            ctx.set(load, 1)
+            ctx.set(value, start & mask)
+            await ctx.tick()
+            ctx.set(load, 0)
+            want = start & mask
+            for _ in range(6):
+                go = rng.random() < 0.7
+                ctx.set(step, go)
+                assert ctx.get(c.value) == want
+                assert ctx.get(c.step) == (want + (-1 if down else 1)) & mask
+                await ctx.tick()
+                if go:
+                    want = (want + (-1 if down else 1)) & mask
+            ctx.set(step, 0)
+
+    run_simulation(m, [tb], cycles=2000)
+
+
+def test_event_counter_saturates_and_or_tree():
+    m = Module()
+    inc = Signal()
+    sat = event_counter(m, 4, inc, "sat", saturate=True)
+    wrap = event_counter(m, 4, inc, "wrap")
+    bits = [Signal(name=f"b{k}") for k in range(7)]
+    anyb = Signal()
+    m.d.comb += anyb.eq(or_tree(bits))
+
+    async def tb(ctx):
+        ctx.set(inc, 1)
+        for k in range(20):
+            assert ctx.get(sat) == min(k, 15) and ctx.get(wrap) == k % 16
+            await ctx.tick()
+        for k in range(1 << 7):
+            for j, b in enumerate(bits):
+                ctx.set(b, (k >> j) & 1)
+            assert ctx.get(anyb) == (k != 0)
+
+    run_simulation(m, [tb], cycles=100)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ready_break_keeps_order_and_registers_ready(seed):
+    dut = ReadyBreak(16)
+    rng = random.Random(seed)
+    sent = list(range(300))
+    got = []
+
+    async def producer(ctx):
+        for v in sent:
+            while rng.random() < 0.3:
+                ctx.set(dut.i.valid, 0)
+                await ctx.tick()
+            ctx.set(dut.i.payload, v)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        while len(got) < len(sent):
+            ready = rng.random() < 0.6
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                got.append(int(payload))
+
+    run_simulation(dut, [producer, consumer], cycles=5000)
+    assert got == sent
+
+
+def test_ready_break_full_rate():
+    dut = ReadyBreak(8)
+    beats = []
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        for v in range(50):
+            ctx.set(dut.i.payload, v)
+            ctx.set(dut.i.valid, 1)
+            assert ctx.get(dut.i.ready) and ctx.get(dut.o.valid)
+            assert ctx.get(dut.o.payload) == v      # no latency
+            beats.append(v)
+            await ctx.tick()
+
+    run_simulation(dut, [tb], cycles=100)
+    assert beats == list(range(50))
+
+
+def test_ipv4_checksum_against_rfc1071():
+    dut = IPv4Checksum()
+    rng = random.Random(9)
+    headers = []
+    for _ in range(200):
+        fields = {name: rng.randrange(1 << width) for name, width in proto.IPV4.fields}
+        headers.append(proto.IPV4.pack(fields))
+    headers += [proto.IPV4.pack({}), proto.IPV4.pack(
+        {name: (1 << width) - 1 for name, width in proto.IPV4.fields})]
+    out = []
+
+    async def feed(ctx):
+        for k, h in enumerate(headers):
+            ctx.set(dut.i.payload, layouts.IPV4.from_bits(int.from_bytes(h, "big")))
+            ctx.set(dut.i.valid, k % 3 != 2)       # with gaps
+            await ctx.tick()
+            if k % 3 == 2:                         # the gap: present it again, valid
+                ctx.set(dut.i.valid, 1)
+                await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(dut.latency + 2)
+
+    async def watch(ctx):
+        async for _, _, valid, value in ctx.tick().sample(dut.o.valid, dut.o.payload):
+            if valid:
+                out.append(int(value))
+
+    run_simulation(dut, [feed], [watch], cycles=1000)
+    assert out == [_rfc1071(h) for h in headers]
+    # the model's own checksum agrees (independently computed above)
+    from roce_hw.model.packet import ipv4_checksum
+    assert all(ipv4_checksum(bytes(h[:10]) + b"\0\0" + bytes(h[12:])) == _rfc1071(h)
+               for h in headers[:20])
+
+
+def test_ipv4_checksum_latency():
+    dut = IPv4Checksum()
+
+    async def tb(ctx):
+        ctx.set(dut.i.payload, layouts.IPV4.from_bits(0x4500_0054 << 128))
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        for _ in range(dut.latency - 1):
+            assert not ctx.get(dut.o.valid)
+            await ctx.tick()
+        assert ctx.get(dut.o.valid)
+
+    run_simulation(dut, [tb], cycles=50)
+
+
+def test_ipv4_identification():
+    dut = IPv4Identification(0xFFFE)
+
+    async def tb(ctx):
+        assert ctx.get(dut.value) == 0xFFFE
+        ctx.set(dut.inc, 1)
+        await ctx.tick()
+        assert ctx.get(dut.value) == 0xFFFF
+        await ctx.tick()
+        assert ctx.get(dut.value) == 0                 # wraps
+        ctx.set(dut.load.payload, {"value": 0x0FFF})
+        ctx.set(dut.load.valid, 1)                     # a load wins over inc
+        await ctx.tick()
+        ctx.set(dut.load.valid, 0)
+        assert ctx.get(dut.value) == 0x0FFF
+        await ctx.tick()
+        assert ctx.get(dut.value) == 0x1000            # carries across the 12-bit chunk
+        ctx.set(dut.inc, 0)
+        await ctx.tick()
+        assert ctx.get(dut.value) == 0x1000
+    run_simulation(dut, [tb], cycles=50)
+    with pytest.raises(ValueError):
+        IPv4Identification(1 << 16)
