@@ -9,7 +9,7 @@ from .. import layouts, proto
 from ..config import EngineConfig
 from ..qp_state import QPReadSignature, qp_index_width
 from ..verbs import MAX_MESSAGE_BYTES, WcStatus, resume_layout, wr_layout
-from ..lib.arith import FastCounter
+from ..lib.arith import FastCounter, or_tree
 from .psn import WriteBackSignature
 
 __all__ = ["desc_layout", "header_bytes", "Segmenter"]
@@ -75,9 +75,17 @@ def desc_layout(config):
     })
 
 
-def _le_pow2(value, k):
-    """``value <= 2**k`` with no carry chain (OR reductions only)."""
-    return ~value[k + 1:].any() & (~value[k] | ~value[:k].any())
+def _gt_const(bits, j):
+    """``value > j`` for the value with these bits (LSB first) and a constant ``j``, as a chain
+    of AND/OR gates (no comparator cell)."""
+    out = C(0, 1)
+    for i, b in enumerate(bits):
+        out = (b & out) if (j >> i) & 1 else (b | out)
+    return out
+
+
+#: Bit from which a byte count's high part is tested as one registered "all zero" flag.
+_HZ = 14
 
 
 def _select(m, code, values, out):
@@ -178,36 +186,43 @@ class Segmenter(wiring.Component):
     def _last_lengths(self, m, rem, reth, imm, name, opcode=None):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
-        one 11-bit adder of ``rem[2:13]``, "``rem`` is not a multiple of 4" and a constant chosen
-        by the variant (given by ``reth``/``imm``, or decoded from a WR ``opcode`` in the same
-        table, which saves a level)."""
-        # header words for the IPv4 and the UDP length: constants chosen by the variant; "not a
-        # multiple of 4" enters the adder as its carry in
-        q4 = Signal(7, name=f"{name}_b4")
-        u4c = Signal(7, name=f"{name}_u4c")
+        one 11-bit adder of ``rem[2:13]``, a constant of the header variant and "``rem`` is not
+        a multiple of 4" as its carry in. The variant is given by ``reth``/``imm``; or by a WR
+        ``opcode``, in which case one adder per variant (constant operand) runs in parallel and
+        the opcode picks the sum (the opcode decode stays off the carry chain)."""
         nz = Signal(name=f"{name}_nz4")
         m.d.comb += nz.eq(rem[0] | rem[1])
-        if opcode is None:
-            with m.Switch(Cat(imm, reth)):
-                for c in range(4):
-                    with m.Case(c):
-                        words = self._l3_bytes(c >> 1, c & 1) // 4
-                        m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
-        else:
-            with m.Switch(opcode):
-                for op in proto.WrOpcode:
-                    with m.Case(int(op)):
-                        words = self._l3_bytes(op in _WRITES, op in _WITH_IMM) // 4
-                        m.d.comb += [q4.eq(words), u4c.eq(words - proto.IPV4.size // 4)]
         tl = Signal(16, name=f"{name}_tl")
         ul = Signal(16, name=f"{name}_ul")
         beats = Signal(13 - self._lg, name=f"{name}_beats")
         t4 = Signal(12, name=f"{name}_tl4")
         u4 = Signal(12, name=f"{name}_ul4")
+        udp_words = proto.IPV4.size // 4
+        if opcode is None:
+            q4 = Signal(7, name=f"{name}_b4")
+            u4c = Signal(7, name=f"{name}_u4c")
+            with m.Switch(Cat(imm, reth)):
+                for c in range(4):
+                    with m.Case(c):
+                        words = self._l3_bytes(c >> 1, c & 1) // 4
+                        m.d.comb += [q4.eq(words), u4c.eq(words - udp_words)]
+            m.d.comb += [t4.eq(rem[2:13] + q4 + nz), u4.eq(rem[2:13] + u4c + nz)]
+        else:
+            sums = {}
+            for v_reth in (0, 1):
+                for v_imm in (0, 1):
+                    words = self._l3_bytes(v_reth, v_imm) // 4
+                    st = Signal(12, name=f"{name}_tl4_{v_reth}{v_imm}")
+                    su = Signal(12, name=f"{name}_ul4_{v_reth}{v_imm}")
+                    m.d.comb += [st.eq(rem[2:13] + words + nz),
+                                 su.eq(rem[2:13] + (words - udp_words) + nz)]
+                    sums[v_reth, v_imm] = (st, su)
+            with m.Switch(opcode):
+                for op in proto.WrOpcode:
+                    with m.Case(int(op)):
+                        st, su = sums[int(op in _WRITES), int(op in _WITH_IMM)]
+                        m.d.comb += [t4.eq(st), u4.eq(su)]
         m.d.comb += [
-            # (a one-bit addend becomes the adder's carry in: one chain)
-            t4.eq(rem[2:13] + q4 + nz),
-            u4.eq(rem[2:13] + u4c + nz),
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
             beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
@@ -226,24 +241,37 @@ class Segmenter(wiring.Component):
         cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        # a shifted mask (a multiplexer tree, no comparator or carry chain); the padded keep is
-        # the payload keep with every 4-byte group that has a byte filled
-        m.d.comb += pk.eq(Mux(cnt.any(), ~(Const((1 << n) - 1, n) << cnt)[:n], (1 << n) - 1))
+        # pk[j] = (cnt == 0) | (cnt > j): written as ANDs and ORs of cnt's bits against the
+        # constant j (Yosys maps comparators and wide ORs onto carry chains; this is one LUT per
+        # bit); the padded keep is the payload keep with every 4-byte group that has a byte
+        bits = [cnt[i] for i in range(lg)]
+        zero = ~or_tree(bits) if bits else C(1, 1)
+        for j in range(n):
+            m.d.comb += pk[j].eq(zero | _gt_const(bits, j))
         m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
-    def _precompute(self, m, rem, reth, imm, name, opcode=None):
+    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
-        :meth:`_pre_shapes`), computed before the PMTU is known."""
+        :meth:`_pre_shapes`), computed before the PMTU is known. ``hz`` is "``rem[14:]`` is
+        zero" (computed here if not given): every test below then looks at 14 bits at most,
+        which keeps Yosys from chaining the wide zero tests."""
+        if hz is None:
+            hz = Signal(name=f"{name}_hz")
+            m.d.comb += hz.eq(~rem[_HZ:].any())
         out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
                "nz": Signal(name=f"{name}_nz")}
         out["qeq"] = Signal(3 * len(_PMTU_CODES), name=f"{name}_qeq")
         for i, c in enumerate(_PMTU_CODES):
-            m.d.comb += out["le"][i].eq(_le_pow2(rem, 7 + c))
-            # full packets of the message (rem >> log2(PMTU)) equal to 1, 2, 3
+            k = 7 + c
+            # rem <= 2**k
+            m.d.comb += out["le"][i].eq(hz & ~rem[k + 1:_HZ].any() &
+                                        (~rem[k] | ~rem[:k].any()))
+            # full packets of the message (rem >> k) equal to 1, 2, 3
             for j in (1, 2, 3):
-                m.d.comb += out["qeq"][3 * i + j - 1].eq(rem[7 + c:] == j)
-        m.d.comb += out["nz"].eq(rem.any())
+                m.d.comb += out["qeq"][3 * i + j - 1].eq(hz & ~rem[k + 2:_HZ].any() &
+                                                         (rem[k:k + 2] == j))
+        m.d.comb += out["nz"].eq(~hz | rem[:_HZ].any())
         out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode)
         out["pk"], out["lik"] = self._keeps(m, rem, name)
         return out
@@ -349,7 +377,11 @@ class Segmenter(wiring.Component):
         part = Signal(13, name="res_part")
         m.d.comb += part.eq(Cat(acc[1:13], ~acc[13]))
         m.d.sync += zero.eq(~a["rem"].any())
-        pre_r = self._precompute(m, a["rem"], a["reth"], a["imm"], "r")
+        # ("rem's high part is zero" registered first: a_rem is final from step 4, this from
+        # step 5, the precomputes below from step 6; they are taken at step 7)
+        r_hz = Signal(name="res_hz")
+        m.d.sync += r_hz.eq(~a["rem"][_HZ:].any())
+        pre_r = self._precompute(m, a["rem"], a["reth"], a["imm"], "r", hz=r_hz)
         with m.If(going):
             m.d.sync += step.eq(step.rotate_left(1))
         with m.If(going & step[0]):
@@ -476,7 +508,10 @@ class Segmenter(wiring.Component):
         # a partial last packet's lengths: constant per message, registered the cycle after the
         # load (the first advance comes two cycles after it at the earliest)
         r_len = self._last_lengths(m, r, C(0, 1), has_imm, "p")
-        r_pk, r_lik = self._keeps(m, r, "p")
+        r_keeps = self._keeps(m, r, "p")
+        r_pk = Signal(self._n, name="m_r_pk")
+        r_lik = Signal(self._n, name="m_r_lik")
+        m.d.sync += [r_pk.eq(r_keeps[0]), r_lik.eq(r_keeps[1])]
         r_tl = Signal(16, name="m_r_tl")
         r_ul = Signal(16, name="m_r_ul")
         r_beats = Signal(len(r_len[2]), name="m_r_beats")
