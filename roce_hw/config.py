@@ -3,7 +3,7 @@
 
 from dataclasses import dataclass
 
-__all__ = ["DATA_WIDTHS", "check_data_width", "EngineConfig"]
+__all__ = ["DATA_WIDTHS", "check_data_width", "check_config", "EngineConfig"]
 
 #: The datapath widths the generator supports, in bits.
 DATA_WIDTHS = (64, 128, 256, 512, 1024)
@@ -66,3 +66,10 @@ class EngineConfig:
     def data_bytes(self):
         """Bytes per bus beat."""
         return self.data_width // 8
+
+
+def check_config(config):
+    """Return ``config`` if it is an :class:`EngineConfig`, else raise ``TypeError``."""
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"expected an EngineConfig, not {config!r}")
+    return config

@@ -10,7 +10,7 @@ from .lib.stream import ReadyBreak
 
 __all__ = ["QP_CONTEXT", "MAX_QPS", "qp_index_width", "local_qpn", "qp_index",
            "mgmt_req_layout", "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout",
-           "QPReadSignature", "QPStateTable"]
+           "IndexSignature", "QPReadSignature", "QPStateTable"]
 
 #: Largest number of queue pairs a table can hold (``EngineConfig.n_qp`` has the same bound).
 MAX_QPS = 16384
@@ -84,7 +84,23 @@ def una_upd_layout(n_qp):
     return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": 24})
 
 
-class QPReadSignature(wiring.Signature):
+class IndexSignature(wiring.Signature):
+    """Base of the signatures parameterised by a QP index width: ``idx_width``, equality and
+    ``repr`` by it."""
+
+    @property
+    def idx_width(self):
+        """Width of the QP index."""
+        return self._idx_width
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.idx_width == self.idx_width
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._idx_width})"
+
+
+class QPReadSignature(IndexSignature):
     """Read port of a :class:`QPStateTable` row, seen from the reader (like
     ``memory.ReadPort.Signature``): a component that reads uses ``Out(QPReadSignature(w))``, the
     table has ``In(QPReadSignature(w))``.
@@ -114,17 +130,6 @@ class QPReadSignature(wiring.Signature):
             raise ValueError(f"index width must be an integer from 1 to 14, not {idx_width!r}")
         self._idx_width = idx_width
         super().__init__({"addr": Out(idx_width), "en": Out(1), "data": In(QP_CONTEXT)})
-
-    @property
-    def idx_width(self):
-        """Width of ``addr``."""
-        return self._idx_width
-
-    def __eq__(self, other):
-        return type(other) is type(self) and other.idx_width == self.idx_width
-
-    def __repr__(self):
-        return f"QPReadSignature({self._idx_width})"
 
 
 class QPStateTable(wiring.Component):

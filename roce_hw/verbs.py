@@ -6,7 +6,7 @@ import enum
 
 from amaranth.lib import data
 
-from .config import EngineConfig
+from .config import check_config
 from .proto import WrOpcode
 from .qp_state import qp_index_width
 
@@ -45,12 +45,6 @@ class WcStatus(enum.IntEnum):
     GENERAL_ERR = 21
 
 
-def _config(config):
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"expected an EngineConfig, not {config!r}")
-    return config
-
-
 def wr_layout(config):
     """Payload of the work-request stream (one transfer per WR), modelled on ``ibv_send_wr``.
 
@@ -72,7 +66,7 @@ def wr_layout(config):
     ``solicited``   1                      SE on the last packet (SEND* and WRITE_WITH_IMM)
     ==============  =====================  ====================================================
     """
-    config = _config(config)
+    config = check_config(config)
     return data.StructLayout({
         "wr_id": 64,
         "opcode": 4,
@@ -108,7 +102,7 @@ def resume_layout(config):
 def status_layout(config):
     """Payload of the status stream: ``{wr_id 64, qp, status 5}``, ``status`` a
     :class:`WcStatus`."""
-    config = _config(config)
+    config = check_config(config)
     return data.StructLayout({
         "wr_id": 64,
         "qp": qp_index_width(config.n_qp),

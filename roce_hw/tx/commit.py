@@ -6,7 +6,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
-from ..config import EngineConfig
+from ..config import check_config
 from ..lib.arith import event_counter
 from ..lib.ipv4 import IPv4Identification
 from ..qp_state import qp_index_width, tx_upd_layout
@@ -78,9 +78,7 @@ class Commit(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"expected an EngineConfig, not {config!r}")
-        self._config = config
+        self._config = check_config(config)
         qw = qp_index_width(config.n_qp)
         super().__init__({
             "i": In(stream.Signature(desc_layout(config))),

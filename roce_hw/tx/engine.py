@@ -5,7 +5,7 @@ from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import EngineConfig
+from ..config import check_config
 from ..lib.stream import PacketSignature, frame_layout
 from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
 from ..verbs import WcStatus, resume_layout, status_layout, wr_layout
@@ -151,9 +151,7 @@ class TxEngine(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"expected an EngineConfig, not {config!r}")
-        self._config = config
+        self._config = check_config(config)
         w = config.data_width
         super().__init__({
             "wr": In(stream.Signature(wr_layout(config))),

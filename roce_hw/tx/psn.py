@@ -6,13 +6,13 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.arith import or_tree
-from ..qp_state import qp_index_width
+from ..qp_state import IndexSignature, qp_index_width
 
 __all__ = ["WriteBackSignature", "PsnForward"]
 
 
 
-class WriteBackSignature(wiring.Signature):
+class WriteBackSignature(IndexSignature):
     """A TX write-back of one QP, seen from its producer (a pulse, never blocked).
 
     Members
@@ -30,16 +30,6 @@ class WriteBackSignature(wiring.Signature):
         self._idx_width = idx_width
         super().__init__({"valid": Out(1), "qp": Out(idx_width), "psn": Out(24),
                           "err": Out(1)})
-
-    @property
-    def idx_width(self):
-        return self._idx_width
-
-    def __eq__(self, other):
-        return type(other) is type(self) and other.idx_width == self.idx_width
-
-    def __repr__(self):
-        return f"WriteBackSignature({self._idx_width})"
 
 
 class PsnForward(wiring.Component):

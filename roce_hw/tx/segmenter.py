@@ -6,7 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
-from ..config import EngineConfig
+from ..config import check_config
 from ..qp_state import QPReadSignature, qp_index_width
 from ..verbs import MAX_MESSAGE_BYTES, WcStatus, resume_layout, wr_layout
 from ..lib.arith import FastCounter, or_tree
@@ -60,9 +60,7 @@ def desc_layout(config):
     ``dscp``, ``ecn``
     ==================  =======================================================================
     """
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"expected an EngineConfig, not {config!r}")
-    n = config.data_bytes
+    n = check_config(config).data_bytes
     return data.StructLayout({
         "qp": qp_index_width(config.n_qp), "wr_id": 64, "tag": 1, "refuse": 5,
         "first": 1, "last": 1, "resumed": 1, "has_payload": 1,
@@ -150,9 +148,7 @@ class Segmenter(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"expected an EngineConfig, not {config!r}")
-        self._config = config
+        self._config = check_config(config)
         qw = qp_index_width(config.n_qp)
         super().__init__({
             "wr": In(stream.Signature(wr_layout(config))),
