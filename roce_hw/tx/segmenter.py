@@ -9,7 +9,7 @@ from .. import layouts, proto
 from ..config import check_config
 from ..qp_state import QPReadSignature, qp_index_width
 from ..verbs import MAX_MESSAGE_BYTES, WcStatus, resume_layout, wr_layout
-from ..lib.arith import FastCounter, or_tree
+from ..lib.arith import FastCounter
 from .psn import WriteBackSignature
 
 __all__ = ["desc_layout", "header_bytes", "Segmenter"]
@@ -71,15 +71,6 @@ def desc_layout(config):
         "va": 64, "r_key": 32, "dma_length": 32, "imm_data": 32,
         "remote_mac": 48, "remote_ip": 32, "udp_sport": 16, "dscp": 6, "ecn": 2,
     })
-
-
-def _gt_const(bits, j):
-    """``value > j`` for the value with these bits (LSB first) and a constant ``j``, as a chain
-    of AND/OR gates (no comparator cell)."""
-    out = C(0, 1)
-    for i, b in enumerate(bits):
-        out = (b & out) if (j >> i) & 1 else (b | out)
-    return out
 
 
 #: Bit from which a byte count's high part is tested as one registered "all zero" flag.
@@ -237,13 +228,9 @@ class Segmenter(wiring.Component):
         cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        # pk[j] = (cnt == 0) | (cnt > j): written as ANDs and ORs of cnt's bits against the
-        # constant j (Yosys maps comparators and wide ORs onto carry chains; this is one LUT per
-        # bit); the padded keep is the payload keep with every 4-byte group that has a byte
-        bits = [cnt[i] for i in range(lg)]
-        zero = ~or_tree(bits) if bits else C(1, 1)
-        for j in range(n):
-            m.d.comb += pk[j].eq(zero | _gt_const(bits, j))
+        # a shifted mask (a multiplexer tree, no comparator); the padded keep is the payload keep
+        # with every 4-byte group that has a byte filled
+        m.d.comb += pk.eq(Mux(cnt.any(), ~(Const((1 << n) - 1, n) << cnt)[:n], (1 << n) - 1))
         m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
