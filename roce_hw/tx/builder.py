@@ -2,7 +2,7 @@
 """Packet builder: frame header fields + payload packets -> RoCEv2 frames with iCRC."""
 
 from amaranth import *
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import proto

@@ -5,9 +5,10 @@ from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import layouts, proto
+from .. import proto
 from ..config import check_config
 from ..lib.arith import event_counter
+from ..lib.header import inserter_hdr_layout
 from ..lib.ipv4 import IPv4Identification
 from ..qp_state import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
@@ -29,11 +30,9 @@ _STATUS_FIFO_DEPTH = 4
 
 
 def hdr_layout():
-    """The header stream to the packet builder (:class:`roce_hw.lib.header.HeaderInserter`'s
-    ``hdr`` for :data:`TX_VARIANTS`)."""
-    from ..lib.header import header_fields_layout
-    return data.StructLayout({"variant": range(len(TX_VARIANTS)), "payload": 1,
-                              "fields": header_fields_layout(TX_VARIANTS)})
+    """The header stream to the packet builder: the
+    :class:`~roce_hw.lib.header.HeaderInserter`'s ``hdr`` for :data:`TX_VARIANTS`."""
+    return inserter_hdr_layout(TX_VARIANTS)
 
 
 class Commit(wiring.Component):
@@ -98,8 +97,6 @@ class Commit(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        n = cfg.data_bytes
-        lg = (n - 1).bit_length()
         d = self.i.payload
 
         # ---------------------------------------------------------------- gating

@@ -2,16 +2,16 @@
 """RoCEv2 TX engine: work requests and payload bytes in, segmented RoCEv2 Ethernet frames out."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import check_config
-from ..lib.stream import PacketSignature, frame_layout
-from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
-from ..verbs import WcStatus, resume_layout, status_layout, wr_layout
 from .. import proto
+from ..config import check_config
 from ..lib.header import HeaderInserter
 from ..lib.icrc import ICRCInserter
+from ..lib.stream import PacketSignature, frame_layout
+from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
+from ..verbs import resume_layout, status_layout, wr_layout
 from .builder import PacketBuilder
 from .commit import TX_VARIANTS, Commit
 from .cutter import PayloadCutter

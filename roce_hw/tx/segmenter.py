@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import check_config
-from ..qp_state import QPReadSignature, qp_index_width
-from ..verbs import MAX_MESSAGE_BYTES, WcStatus, resume_layout, wr_layout
 from ..lib.arith import FastCounter
+from ..qp_state import QPReadSignature, qp_index_width
+from ..verbs import WcStatus, resume_layout, wr_layout
 from .psn import WriteBackSignature
 
 __all__ = ["desc_layout", "header_bytes", "Segmenter"]
@@ -263,7 +263,6 @@ class Segmenter(wiring.Component):
     def _accept(self, m):
         cfg = self._config
         qw = qp_index_width(cfg.n_qp)
-        npm = len(_PMTU_CODES)
         a = {
             "valid": Signal(name="a_valid"),
             "ready": Signal(name="a_ready"),      # the values below are valid (a resume: later)
@@ -340,7 +339,6 @@ class Segmenter(wiring.Component):
         12 bits per cycle (shift registers, no multiplexer by step), then the checks and the
         precomputes from the rest, one step per cycle."""
         row = self.qp_rd.data
-        npm = len(_PMTU_CODES)
         step = Signal(8, init=1, name="res_step")   # one-hot: each step enables with one AND
         off = Signal(36, name="res_off")
         lsh = Signal(36, name="res_len")
