@@ -24,7 +24,7 @@ __all__ = [
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "QP_CONTEXT_FIELDS", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
+    "QPState", "QP_CONTEXT_FIELDS", "WcStatus", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
@@ -441,6 +441,32 @@ QP_CONTEXT_FIELDS = (
     ("una_psn", 24), ("remote_va", 64), ("r_key", 32), ("retry_cnt", 3), ("rnr_retry", 3),
     ("timeout", 5), ("min_rnr_timer", 5),
 )
+
+
+class WcStatus(enum.IntEnum):
+    """Status codes of the ``status`` stream, numbered as libibverbs ``enum ibv_wc_status``."""
+    SUCCESS = 0
+    LOC_LEN_ERR = 1        #: payload length disagrees with ``length``, or ``length`` > 2**31
+    LOC_QP_OP_ERR = 2      #: QP not in RTS, QP index >= n_qp, bad PMTU code, unsupported opcode
+    LOC_EEC_OP_ERR = 3
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
+    GENERAL_ERR = 21
 
 
 class WrOpcode(enum.IntEnum):

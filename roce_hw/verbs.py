@@ -2,12 +2,10 @@
 """Verbs-level definitions shared by TX, RX and reliability: work-request opcodes, ibverbs completion
 statuses, and the layouts of the work-request, status and completion streams."""
 
-import enum
-
 from amaranth.lib import data
 
 from .config import check_config
-from .proto import WrOpcode
+from .proto import WcStatus, WrOpcode
 from .qp_state import qp_index_width
 
 __all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout",
@@ -17,32 +15,6 @@ __all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout"
 MAX_MESSAGE_BYTES = 1 << 31
 #: Width of a packet index within a message (2**31 bytes at the smallest PMTU, 256 bytes).
 START_PACKET_BITS = 23
-
-
-class WcStatus(enum.IntEnum):
-    """Status codes of the ``status`` stream, numbered as libibverbs ``enum ibv_wc_status``."""
-    SUCCESS = 0
-    LOC_LEN_ERR = 1        #: payload length disagrees with ``length``, or ``length`` > 2**31
-    LOC_QP_OP_ERR = 2      #: QP not in RTS, QP index >= n_qp, bad PMTU code, unsupported opcode
-    LOC_EEC_OP_ERR = 3
-    LOC_PROT_ERR = 4
-    WR_FLUSH_ERR = 5
-    MW_BIND_ERR = 6
-    BAD_RESP_ERR = 7
-    LOC_ACCESS_ERR = 8
-    REM_INV_REQ_ERR = 9
-    REM_ACCESS_ERR = 10
-    REM_OP_ERR = 11
-    RETRY_EXC_ERR = 12
-    RNR_RETRY_EXC_ERR = 13
-    LOC_RDD_VIOL_ERR = 14
-    REM_INV_RD_REQ_ERR = 15
-    REM_ABORT_ERR = 16
-    INV_EECN_ERR = 17
-    INV_EEC_STATE_ERR = 18
-    FATAL_ERR = 19
-    RESP_TIMEOUT_ERR = 20
-    GENERAL_ERR = 21
 
 
 def wr_layout(config):

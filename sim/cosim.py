@@ -52,12 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roce_hw import proto
-from roce_hw.qp_state import QP_CONTEXT
+from sim.traffic import qp_context
 
 __all__ = ["QUIET_CYCLES", "READY_PATTERN", "RESET_CYCLES", "IVERILOG_STDS", "CosimError",
            "CosimToolMissing",
            "CosimTimeout", "CosimResult", "Stimulus", "emit_verilog", "verilog_ports",
-           "amaranth_ports", "qp_context", "make_stimulus", "cosimulate", "simulate_amaranth",
+           "amaranth_ports", "make_stimulus", "cosimulate", "simulate_amaranth",
            "run_verilog", "first_difference", "main"]
 
 
@@ -165,18 +165,6 @@ def amaranth_ports(top):
                        Shape.cast(member.shape).width)
     ports["clk"] = ports["rst"] = ("input", 1)
     return ports
-
-
-def qp_context(q):
-    """Field values of :data:`roce_hw.qp_state.QP_CONTEXT` for a :class:`sim.traffic.QPSetup`."""
-    ctx = {name: 0 for name, _ in QP_CONTEXT}
-    ctx.update({
-        "state": int(q.state), "remote_qpn": q.remote_qpn, "remote_mac": q.remote_mac,
-        "remote_ip": q.remote_ip, "udp_sport": q.udp_sport, "dscp": q.dscp, "ecn": q.ecn,
-        "p_key": q.p_key, "migreq": q.migreq, "pmtu": int(proto.pmtu_code(q.pmtu)),
-        "next_psn": q.start_psn, "una_psn": q.start_psn,
-    })
-    return ctx
 
 
 class _Stream:

@@ -37,8 +37,8 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
 
-__all__ = ["CLOCK_MHZ", "QPSetup", "WorkItem", "TrafficResult", "run_traffic", "random_workload",
-           "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
+__all__ = ["CLOCK_MHZ", "QPSetup", "qp_context", "WorkItem", "TrafficResult", "run_traffic",
+           "random_workload", "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
 
 OPS = {
     "write": proto.WrOpcode.RDMA_WRITE,
@@ -121,13 +121,17 @@ class TrafficResult:
         return self.busy_cycles / self.ready_cycles if self.ready_cycles else 0.0
 
 
-def _qp_context(q):
-    return {
+def qp_context(q):
+    """The whole QP context row (:data:`roce_hw.proto.QP_CONTEXT_FIELDS`) of a
+    :class:`QPSetup`; fields it does not set are 0."""
+    ctx = dict.fromkeys((name for name, _ in proto.QP_CONTEXT_FIELDS), 0)
+    ctx.update({
         "state": int(q.state), "remote_qpn": q.remote_qpn, "remote_mac": q.remote_mac,
         "remote_ip": q.remote_ip, "udp_sport": q.udp_sport, "dscp": q.dscp, "ecn": q.ecn,
         "p_key": q.p_key, "migreq": q.migreq, "pmtu": int(proto.pmtu_code(q.pmtu)),
         "next_psn": q.start_psn, "una_psn": q.start_psn,
-    }
+    })
+    return ctx
 
 
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
@@ -166,7 +170,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
         ctx.set(dut.local_mac, local_mac)
         ctx.set(dut.local_ip, local_ip)
         for q in qps:
-            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": _qp_context(q)})
+            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": qp_context(q)})
             ctx.set(dut.qp_mgmt_req.valid, 1)
             await ctx.tick().until(dut.qp_mgmt_req.ready)
             ctx.set(dut.qp_mgmt_req.valid, 0)
@@ -275,7 +279,7 @@ def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=D
                            ip_id_start=config.ip_id_start if ip_id_start is None
                            else ip_id_start, local_mac=local_mac, local_ip=local_ip)
     for q in qps:
-        model.write_qp(q.index, _qp_context(q))
+        model.write_qp(q.index, qp_context(q))
     for w in wrs:
         model.post(qp=w.qp, opcode=w.opcode, payload=w.payload, length=w.wr_length,
                    wr_id=w.wr_id, remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,

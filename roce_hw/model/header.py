@@ -19,6 +19,16 @@ def _key(header):
     return header.name.lower()
 
 
+def _unpack(headers, frame):
+    """The fields of ``headers`` decoded from the start of ``frame``, and the offset after
+    them."""
+    pos, fields = 0, {}
+    for h in headers:
+        fields[_key(h)] = h.unpack(frame, pos)
+        pos += h.size
+    return fields, pos
+
+
 def header_bytes(variant):
     """Total header length ``H`` of a variant (sum of ``Header.size``)."""
     return sum(h.size for h in variant)
@@ -61,18 +71,12 @@ def extract(variants, frame, classify=None):
         prefix = common_prefix(variants)
         if len(frame) < header_bytes(prefix):
             return SHORT
-        pos, pfields = 0, {}
-        for h in prefix:
-            pfields[_key(h)] = h.unpack(frame, pos)
-            pos += h.size
+        pfields, _ = _unpack(prefix, frame)
         index = int(classify(pfields))
         if not 0 <= index < len(variants):
             raise ValueError(f"classify returned {index}, not a variant index")
     variant = variants[index]
     if len(frame) < header_bytes(variant):
         return SHORT
-    pos, fields = 0, {}
-    for h in variant:
-        fields[_key(h)] = h.unpack(frame, pos)
-        pos += h.size
+    fields, pos = _unpack(variant, frame)
     return index, fields, frame[pos:]

@@ -16,9 +16,8 @@ from .segment import segment_message
 
 __all__ = ["Sent", "RequesterModel"]
 
-#: ``ibv_wc_status`` values of the engine's status reports.
-LOC_LEN_ERR = 1
-LOC_QP_OP_ERR = 2
+LOC_LEN_ERR = proto.WcStatus.LOC_LEN_ERR
+LOC_QP_OP_ERR = proto.WcStatus.LOC_QP_OP_ERR
 
 _OPS = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM, proto.WrOpcode.SEND,
         proto.WrOpcode.SEND_WITH_IMM)
