@@ -18,7 +18,7 @@ from . import proto
 __all__ = [
     "network_struct", "to_lanes", "from_lanes",
     "ETH", "VLAN_TAG", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH", "DETH",
-    "CNP_PAD", "CM_DATAGRAM",
+    "CNP_PAD", "CM_DATAGRAM", "ARP",
 ]
 
 
@@ -65,3 +65,4 @@ IETH = network_struct(proto.IETH)
 DETH = network_struct(proto.DETH)
 CNP_PAD = network_struct(proto.CNP_PAD)
 CM_DATAGRAM = network_struct(proto.CM_DATAGRAM)
+ARP = network_struct(proto.ARP)

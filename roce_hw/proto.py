@@ -19,14 +19,14 @@ import enum
 __all__ = [
     "Header",
     "ETH", "VLAN_TAG", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH", "DETH",
-    "CNP_PAD", "CM_DATAGRAM",
+    "CNP_PAD", "CM_DATAGRAM", "ARP", "ARP_PAD", "ArpOper",
     "Opcode", "Transport", "OPCODE_HEADERS", "opcode_headers",
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
     "QPState", "QP_CONTEXT_FIELDS", "WcStatus", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
-    "ETHERTYPE_VLAN", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
+    "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
 ]
 
@@ -138,6 +138,7 @@ class Header:
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
+ETHERTYPE_ARP = 0x0806
 IP_PROTO_UDP = 17
 ROCEV2_UDP_PORT = 4791          #: IANA RoCEv2 port
 CM_UDP_PORT = 0x4321            #: the UDP connection manager of PROTOCOL.md §7
@@ -147,6 +148,22 @@ CM_REPLY_UDP_PORT = 0x4322      #: where the reference host tools listen for CM 
 #: ``ethertype`` (see :data:`VLAN_TAG`).
 ETH = Header("ETH", [("dst", 48), ("src", 48), ("ethertype", 16)],
              defaults={"ethertype": ETHERTYPE_IPV4})
+
+class ArpOper(enum.IntEnum):
+    """ARP ``oper`` (RFC 826)."""
+    REQUEST = 1
+    REPLY = 2
+
+
+#: ARP for IPv4 over Ethernet (RFC 826), 28 bytes after the Ethernet header.
+ARP = Header("ARP", [
+    ("htype", 16), ("ptype", 16), ("hlen", 8), ("plen", 8), ("oper", 16),
+    ("sha", 48), ("spa", 32), ("tha", 48), ("tpa", 32),
+], defaults={"htype": 1, "ptype": ETHERTYPE_IPV4, "hlen": 6, "plen": 4})
+
+#: Zero padding that brings an Ethernet + ARP frame (42 bytes) to the 60-byte minimum (the MAC
+#: adds the 4-byte FCS).
+ARP_PAD = Header("ARP_PAD", [("reserved", 18 * 8)])
 
 #: IEEE 802.1Q tag (4 bytes) as it appears after the source MAC: TPID, PCP, DEI, VID.
 VLAN_TAG = Header("VLAN_TAG", [("tpid", 16), ("pcp", 3), ("dei", 1), ("vid", 12)],
@@ -433,13 +450,14 @@ class QPState(enum.IntEnum):
 #: :class:`QPState` values, ``pmtu`` a :class:`Pmtu` code (1..5); ``next_psn`` is the PSN of the
 #: next packet to send, ``una_psn`` the oldest unacknowledged PSN; ``remote_va``/``r_key``
 #: describe the peer's buffer; ``retry_cnt``, ``rnr_retry``, ``timeout`` (``ibv_qp_attr.timeout``
-#: exponent) and ``min_rnr_timer`` are for the retransmission of a later issue. MACs and IPs are
-#: plain integers (0x0200_0000_0001 is the wire MAC 02:00:00:00:00:01).
+#: exponent) and ``min_rnr_timer`` are for the retransmission of a later issue; ``rq_psn`` is the
+#: peer's start PSN (from the connection manager's OPEN_QP; for a responder side, unused by TX).
+#: MACs and IPs are plain integers (0x0200_0000_0001 is the wire MAC 02:00:00:00:00:01).
 QP_CONTEXT_FIELDS = (
     ("state", 3), ("remote_qpn", 24), ("remote_mac", 48), ("remote_ip", 32), ("udp_sport", 16),
     ("dscp", 6), ("ecn", 2), ("p_key", 16), ("migreq", 1), ("pmtu", 3), ("next_psn", 24),
     ("una_psn", 24), ("remote_va", 64), ("r_key", 32), ("retry_cnt", 3), ("rnr_retry", 3),
-    ("timeout", 5), ("min_rnr_timer", 5),
+    ("timeout", 5), ("min_rnr_timer", 5), ("rq_psn", 24),
 )
 
 
