@@ -38,12 +38,21 @@ class EngineConfig:
     ip_id_start : int
         Value of the IPv4 identification counter after reset (0 to 65535); the TX engine puts
         it in its first frame and adds 1 per frame (see :class:`roce_hw.tx.engine.TxEngine`).
+    rx_other : bool
+        Received frames that are not for the engine (not RoCEv2/CM/ARP addressed to it) leave
+        on the ``rx_other`` stream for the user's own network stack (True) or are dropped and
+        counted (False).
+    cm_pmtu : int
+        PMTU code (:class:`roce_hw.proto.Pmtu`, 1..5 = 256..4096 bytes) of the QPs the
+        connection manager opens; 3 (1024 bytes) suits a 1500-byte Ethernet MTU.
     """
     data_width: int = 512
     n_qp: int = 16
     ack_req_every: int = 64
     ttl: int = 64
     ip_id_start: int = 0
+    rx_other: bool = True
+    cm_pmtu: int = 3
 
     def __post_init__(self):
         check_data_width(self.data_width)
@@ -61,6 +70,12 @@ class EngineConfig:
                 not 0 <= self.ip_id_start <= 0xFFFF:
             raise ValueError(f"ip_id_start must be an integer from 0 to 65535, "
                              f"not {self.ip_id_start!r}")
+        if not isinstance(self.rx_other, bool):
+            raise ValueError(f"rx_other must be True or False, not {self.rx_other!r}")
+        if isinstance(self.cm_pmtu, bool) or not isinstance(self.cm_pmtu, int) or \
+                not 1 <= self.cm_pmtu <= 5:
+            raise ValueError(f"cm_pmtu must be a PMTU code from 1 (256 bytes) to 5 (4096 bytes), "
+                             f"not {self.cm_pmtu!r}")
 
     @property
     def data_bytes(self):
