@@ -8,7 +8,7 @@ from .config import check_config
 from .proto import WcStatus, WrOpcode
 from .qp_state import qp_index_width
 
-__all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout",
+__all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout", "gen_cmd_layout",
            "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
 
 #: Largest message a work request may ask for (RoCEv2: 2**31 bytes).
@@ -79,4 +79,16 @@ def status_layout(config):
         "wr_id": 64,
         "qp": qp_index_width(config.n_qp),
         "status": 5,
+    })
+
+
+def gen_cmd_layout(config):
+    """Payload of the traffic generator's command stream (the connection manager's txmeta
+    command, PROTOCOL.md §7): ``start`` 1 (1 start, 0 stop), ``qp``, ``opcode`` 4
+    (:class:`WrOpcode`), ``length`` 32, ``count`` 32, ``period`` 32 (cycles between WRs),
+    ``remote_va`` 64 and ``r_key`` 32 (the QP's)."""
+    config = check_config(config)
+    return data.StructLayout({
+        "start": 1, "qp": qp_index_width(config.n_qp), "opcode": 4, "length": 32, "count": 32,
+        "period": 32, "remote_va": 64, "r_key": 32,
     })

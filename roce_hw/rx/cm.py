@@ -9,6 +9,7 @@ from .. import layouts, proto
 from ..config import check_config
 from ..lib.arith import event_counter
 from ..qp_state import QP_CONTEXT, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
+from ..verbs import gen_cmd_layout
 
 __all__ = ["CM_COUNTERS", "cm_req_layout", "cm_reply_layout", "cm_counters_layout", "CmResponder"]
 
@@ -89,7 +90,6 @@ class CmResponder(wiring.Component):
     """
 
     def __init__(self, config):
-        from ..tx.generator import gen_cmd_layout
         self._config = check_config(config)
         n_qp = config.n_qp
         super().__init__({
@@ -248,7 +248,7 @@ class CmResponder(wiring.Component):
             with m.State("EVAL"):
                 m.d.sync += [
                     r_open.eq(row.state != _ST.RESET),
-                    r_err.eq(row.state == _ST.ERR),
+                    r_err.eq(row.state == _ST.ERROR),
                     r_rts.eq(row.state == _ST.RTS),
                     r_ip.eq(row.remote_ip == rq.src_ip),
                     r_qpn.eq(row.remote_qpn == d.loc_qpn[:24]),
