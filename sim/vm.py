@@ -6,7 +6,11 @@ the guest agent on a serial port (:meth:`RxeVM.call`) and exchanges Ethernet fra
 guest's one NIC: QEMU's ``-netdev dgram`` carries each frame as one UDP datagram between QEMU
 and a socket of this process, both bound to 127.0.0.1 (``-nodefaults -nic none`` otherwise), so
 nothing can leave the machine. QEMU is always killed on exit (context manager, ``stop``, and a
-finaliser).
+finaliser). With ``pylib`` the repository's pure-Python code (the host tool) is appended to the
+image as a layer built from the working tree at this boot (:func:`sim.guest.write_python_layer`);
+:meth:`RxeVM.spawn_program` runs a program in the guest with it on ``PYTHONPATH`` while the agent
+keeps answering. With ``peer_mac=None`` the guest has no neighbour entry for the peer and must
+learn its MAC by ARP.
 
 :class:`RxeBridge` connects a simulated engine to the VM. Its testbench
 :meth:`RxeBridge.drive_output` consumes the engine's frame stream and delivers each frame the
@@ -43,6 +47,24 @@ OP_ACKNOWLEDGE = 0x11
 PREFIX = "@@rxe "
 
 _PSN_MASK = 0xFFFFFF
+
+
+#: Guest-side body of :meth:`RxeVM.spawn_program` (``spec`` is defined before it).
+_PROGRAM_CODE = """
+import os, subprocess, time
+def _text(b):
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+t0 = time.monotonic()
+try:
+    p = subprocess.run(spec["argv"], capture_output=True, timeout=spec["timeout"],
+                       env={**os.environ, **spec["env"]})
+    rc, out, err = p.returncode, _text(p.stdout), _text(p.stderr)
+except subprocess.TimeoutExpired as e:
+    rc, out = None, _text(e.stdout)
+    err = _text(e.stderr) + f"\\n(killed after {spec['timeout']} s)"
+result = {"rc": rc, "stdout": out[-200000:], "stderr": err[-200000:],
+          "seconds": time.monotonic() - t0}
+"""
 
 
 class VMError(RuntimeError):
@@ -106,7 +128,11 @@ class RxeVM:
     image : :class:`sim.guest.GuestImage`, optional
         Built (or taken from the cache) by :func:`sim.guest.build_image` when omitted.
     guest_mac, guest_ip, prefix : the guest NIC's addresses.
-    peer_mac, peer_ip : the engine's addresses (a permanent neighbour entry in the guest).
+    peer_mac, peer_ip : the engine's addresses (a permanent neighbour entry in the guest;
+        ``peer_mac=None``: none, the guest resolves ``peer_ip`` by ARP).
+    pylib : tuple of str, optional
+        Repository packages to put in the guest under :data:`sim.guest.PYLIB` (e.g.
+        :data:`sim.guest.GUEST_PYTHON`); default none.
     mtu : guest link MTU (9000 lets rxe use every PMTU up to 4096).
     boot_timeout : seconds to wait for the agent's ``ready``.
     log_path : the guest kernel console is written there (default: a file under
@@ -115,8 +141,13 @@ class RxeVM:
 
     def __init__(self, image=None, *, guest_mac="02:00:00:00:00:02", guest_ip="10.0.0.2",
                  prefix=24, peer_mac="02:00:00:00:00:01", peer_ip="10.0.0.1", mtu=9000,
-                 memory_mb=768, boot_timeout=180.0, accel="auto", log_path=None, log=None):
+                 memory_mb=768, boot_timeout=180.0, accel="auto", log_path=None, log=None,
+                 pylib=None):
         self.image = image
+        self.pylib = tuple(pylib or ())
+        self.pylib_files = []             #: relative paths of the layer's files
+        self.pylib_key = None             #: hash of the layer's files
+        self._initrd_tmp = None
         self.guest_mac, self.guest_ip, self.prefix = guest_mac, guest_ip, prefix
         self.peer_mac, self.peer_ip, self.mtu = peer_mac, peer_ip, mtu
         self.memory_mb, self.boot_timeout = memory_mb, boot_timeout
@@ -158,6 +189,9 @@ class RxeVM:
                 old.unlink(missing_ok=True)      # keep the 20 newest consoles
             self.log_path = Path(tempfile.mkstemp(prefix="console-", suffix=".log",
                                                   dir=logs)[1])
+        initrd = self.image.initrd
+        if self.pylib:
+            initrd = self._layered_initrd(logs_dir=Path(self.log_path).parent)
         host_port = self._bind(0)
         accel = choose_accel(self.accel)
         t0 = time.monotonic()
@@ -167,11 +201,12 @@ class RxeVM:
                       f"local.port={self.qemu_port},remote.type=inet,remote.host={LOCALHOST},"
                       f"remote.port={host_port}")
             append = (f"console=ttyS0 quiet loglevel=3 panic=-1 rxe.ip={self.guest_ip}/"
-                      f"{self.prefix} rxe.peer_ip={self.peer_ip} rxe.peer_mac={self.peer_mac} "
+                      f"{self.prefix} rxe.peer_ip={self.peer_ip} "
+                      f"rxe.peer_mac={self.peer_mac or 'none'} "
                       f"rxe.mtu={self.mtu}")
             cmd = [qemu, "-accel", accel, "-m", str(self.memory_mb), "-smp", "1",
                    "-nodefaults", "-nic", "none", "-display", "none", "-no-reboot",
-                   "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd),
+                   "-kernel", str(self.image.kernel), "-initrd", str(initrd),
                    "-append", append,
                    "-serial", f"file:{self.log_path}",
                    "-chardev", "stdio,id=agent,signal=off", "-serial", "chardev:agent",
@@ -204,6 +239,7 @@ class RxeVM:
                     continue
                 raise VMError(f"{e}{': ' + err if err else ''}") from None
             self.info = ready["info"]
+            self._drop_initrd_tmp()          # QEMU read it at start
             self.boot_seconds = time.monotonic() - t0
             self.log(f"guest ready in {self.boot_seconds:.1f} s (guest uptime "
                      f"{self.info.get('uptime', 0):.1f} s): {self.info['kernel']}, "
@@ -211,6 +247,33 @@ class RxeVM:
             self.drain_frames()
             return self
         raise VMError("could not start QEMU")  # pragma: no cover
+
+    def _layered_initrd(self, logs_dir):
+        """The image's initramfs with the repository layer appended, in a temporary file
+        (deleted once the guest is up, or by :meth:`stop`)."""
+        from sim.guest import write_python_layer
+        fd, combined = tempfile.mkstemp(prefix="initrd-", suffix=".cpio", dir=logs_dir)
+        self._initrd_tmp = Path(combined)
+        layer = self._initrd_tmp.with_suffix(".layer")
+        try:
+            self.pylib_key, self.pylib_files = write_python_layer(layer, self.pylib)
+            with os.fdopen(fd, "wb") as out, open(self.image.initrd, "rb") as base:
+                while chunk := base.read(1 << 22):
+                    out.write(chunk)
+                out.write(layer.read_bytes())
+        except BaseException:
+            self._drop_initrd_tmp()
+            raise
+        finally:
+            layer.unlink(missing_ok=True)
+        self.log(f"guest Python layer {self.pylib_key}: {len(self.pylib_files)} files of "
+                 f"{', '.join(self.pylib)}")
+        return self._initrd_tmp
+
+    def _drop_initrd_tmp(self):
+        if self._initrd_tmp is not None:
+            self._initrd_tmp.unlink(missing_ok=True)
+            self._initrd_tmp = None
 
     def _bind(self, port):
         """Open the frame socket on 127.0.0.1:``port`` (0: any); returns the port."""
@@ -255,6 +318,7 @@ class RxeVM:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        self._drop_initrd_tmp()
 
     @property
     def alive(self):
@@ -361,6 +425,29 @@ class RxeVM:
         if not msg.get("ok"):
             raise AgentError(f"{msg.get('error')}\n{msg.get('trace', '')}".rstrip())
         return msg.get("result")
+
+    # -- programs ----------------------------------------------------------------------------
+    def spawn_program(self, argv, *, timeout=600.0, env=None):
+        """Start ``argv`` in the guest (in a thread of the agent, which keeps answering) with
+        :data:`sim.guest.PYLIB` on ``PYTHONPATH`` and ``env`` added; returns the task number
+        for :meth:`program_result`. The program is killed after ``timeout`` seconds."""
+        from sim.guest import PYLIB
+        spec = json.dumps({"argv": [str(a) for a in argv], "timeout": timeout,
+                           "env": {"PYTHONPATH": PYLIB, **(env or {})}})
+        code = f"import json\nspec = json.loads({spec!r})\n" + _PROGRAM_CODE
+        return self.call("spawn", code=code)["task"]
+
+    def program_result(self, task, *, timeout=0.0):
+        """``{rc, stdout, stderr, seconds}`` of a :meth:`spawn_program` task once it has ended
+        (``rc`` None: killed at its timeout), waiting up to ``timeout`` seconds; ``None`` while
+        it runs. Raises :class:`AgentError` if the task itself failed."""
+        state = self.call("join", task=task, timeout_ms=int(timeout * 1000),
+                          timeout=timeout + 60.0)
+        if not state["done"]:
+            return None
+        if state.get("error"):
+            raise AgentError(f"{state['error']}\n{state.get('trace', '')}".rstrip())
+        return state["result"]
 
     # -- frames ----------------------------------------------------------------------------
     def send_frame(self, frame):

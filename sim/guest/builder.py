@@ -10,8 +10,18 @@ The result is cached under ``build/rxe-guest/<key>/`` where ``key`` hashes every
 package lists, the module list, ``init.sh``, ``agent.py``, the ``extra/`` guest files and this
 builder. A second build with the same inputs returns at once; downloaded ``.deb`` files are kept
 in ``build/rxe-guest/debs/`` and reused across keys.
+
+Repository code the guest runs (the host tool ``python -m roce_hw.host``) is *not* in that image:
+:func:`python_closure` finds the pure-Python modules a package needs (its own files and every
+repository module imported at module level, transitively; anything importing Amaranth or a
+package the guest lacks is refused), and :func:`write_python_layer` writes them as a second,
+small ``newc`` archive under ``/opt/rxe/pylib`` (:data:`PYLIB`). The kernel unpacks
+concatenated archives one after the other, so :class:`sim.vm.RxeVM` boots the cached image with
+that layer appended, built afresh from the working tree at every boot: the guest always runs the
+current code, and editing it never invalidates (or rebuilds) the cached image.
 """
 
+import ast
 import fcntl
 import gzip
 import hashlib
@@ -30,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["GUEST_PACKAGES", "KERNEL_PACKAGE", "GUEST_MODULES", "SKIP_PACKAGES", "GuestImage",
-           "GuestBuildError", "image_key", "build_image", "find_qemu", "DEFAULT_BUILD_DIR"]
+           "GuestBuildError", "image_key", "build_image", "find_qemu", "DEFAULT_BUILD_DIR",
+           "GUEST_PYTHON", "PYLIB", "python_closure", "write_python_layer"]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -64,6 +75,18 @@ _PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"
           "usr/share/lintian", "usr/lib/python3.11/test", "usr/lib/python3.11/idlelib",
           "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3",
           "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/pydoc_data")
+
+#: Repository packages the guest can import (:func:`python_closure` of each, in the layer).
+GUEST_PYTHON = ("roce_hw.host",)
+
+#: Where the layer puts them in the guest (``PYTHONPATH`` of programs run there).
+PYLIB = "/opt/rxe/pylib"
+
+#: Third-party modules the guest has (beside the standard library): pyverbs (python3-pyverbs).
+_GUEST_THIRD_PARTY = frozenset({"pyverbs"})
+
+#: Standard-library trees pruned from the image (:data:`_PRUNE`); importing them would fail.
+_PRUNED_STDLIB = frozenset({"test", "idlelib", "tkinter", "lib2to3", "ensurepip", "pydoc_data"})
 
 INIT_SCRIPT = HERE / "init.sh"
 AGENT_SOURCE = HERE / "agent.py"
@@ -117,6 +140,128 @@ def image_key():
     for name, path in _guest_files() + [("builder", Path(__file__))]:
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _module_path(name, root):
+    """``(path, is_package)`` of repository module ``name`` under ``root``, or ``None``."""
+    base = root.joinpath(*name.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py", True
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py"), False
+    return None
+
+
+def _top_level_imports(tree):
+    """Import nodes executed when the module is imported: module level, including inside
+    ``if``/``try``/``with`` blocks, but not inside functions or classes (lazy imports)."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)) or \
+                type(node).__name__ == "TryStar":
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, field, []):
+                    todo.extend(child.body if isinstance(child, ast.ExceptHandler) else [child])
+
+
+def python_closure(roots=GUEST_PYTHON, root=ROOT):
+    """The repository files the guest needs to import ``roots``: ``[(relative path, Path)]``,
+    sorted. A root package brings all its ``.py`` files (``python -m pkg`` runs
+    ``__main__``); every module brings its parent packages' ``__init__.py`` and the repository
+    modules it imports at module level, transitively. Raises :class:`GuestBuildError` if a
+    root does not exist or a module imports, at module level, something the guest does not have
+    (Amaranth, any third-party package but pyverbs, a pruned part of the standard library)."""
+    import sys
+    repo_tops = {p.name for p in root.iterdir()
+                 if (p / "__init__.py").is_file() or p.suffix == ".py"}
+    files, todo, seen = {}, [], set()
+
+    def want(name, why):
+        if name in seen:
+            return
+        found = _module_path(name, root)
+        if found is None:
+            raise GuestBuildError(f"{why}: repository module {name} not found")
+        seen.add(name)
+        todo.append((name, found[0], found[1]))
+        parts = name.split(".")
+        for k in range(1, len(parts)):
+            want(".".join(parts[:k]), why)
+
+    for r in roots:
+        found = _module_path(r, root)
+        if found is None:
+            raise GuestBuildError(f"the guest needs {r}, which does not exist under {root}")
+        want(r, r)
+        if found[1]:
+            for p in sorted(found[0].parent.rglob("*.py")):
+                if "__pycache__" not in p.parts:
+                    rel = p.relative_to(root).with_suffix("")
+                    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+                    want(".".join(parts), r)
+    while todo:
+        name, path, is_pkg = todo.pop(0)
+        rel = path.relative_to(root).as_posix()
+        files[rel] = path
+        package = name if is_pkg else name.rpartition(".")[0]
+        tree = ast.parse(path.read_bytes(), rel)
+        for node in _top_level_imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            else:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for t in targets:
+                top = t.split(".")[0]
+                if top in repo_tops:
+                    if _module_path(t, root) is not None:
+                        want(t, rel)
+                    elif t == targets[0]:
+                        raise GuestBuildError(f"{rel}: imports {t}, which does not exist")
+                elif t == targets[0] or isinstance(node, ast.Import):
+                    if top == "amaranth":
+                        raise GuestBuildError(
+                            f"{rel} imports Amaranth at module level; the guest has no "
+                            f"Amaranth (import it inside the function that needs it)")
+                    if top in _PRUNED_STDLIB:
+                        raise GuestBuildError(f"{rel} imports {top}, which the guest image "
+                                              f"leaves out")
+                    if top not in sys.stdlib_module_names and top not in _GUEST_THIRD_PARTY:
+                        raise GuestBuildError(f"{rel} imports {top}, which the guest does not "
+                                              f"have (standard library and pyverbs only)")
+    return sorted(files.items())
+
+
+def write_python_layer(path, roots=GUEST_PYTHON, root=ROOT):
+    """Write the ``newc`` archive of :func:`python_closure` under :data:`PYLIB` to ``path``
+    (to be appended to the image's initramfs); returns ``(key, [relative paths])``, ``key``
+    a hash of the files' names and contents."""
+    files = python_closure(roots, root)
+    h = hashlib.sha256()
+    dirs = set()
+    for rel, _ in files:
+        parts = rel.split("/")[:-1]
+        for k in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:k]))
+    top = PYLIB.strip("/")
+    with open(path, "wb") as f:
+        cpio = _Cpio(f)
+        cpio.add(top, stat.S_IFDIR | 0o755)          # /opt/rxe exists in the image
+        for d in sorted(dirs):
+            cpio.add(f"{top}/{d}", stat.S_IFDIR | 0o755)
+        for rel, p in files:
+            raw = p.read_bytes()
+            h.update(rel.encode() + b"\0" + raw + b"\0")
+            cpio.add(f"{top}/{rel}", stat.S_IFREG | 0o644, raw)
+        cpio.close()
+    return h.hexdigest()[:16], [rel for rel, _ in files]
 
 
 def _run(cmd, **kw):

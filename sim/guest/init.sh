@@ -4,7 +4,7 @@
 # bring eth0 up with a static address, a permanent neighbour entry for the peer and no IPv6
 # (so the guest sends nothing unprompted), create rxe0 and run the agent on /dev/ttyS1.
 # Settings come from the kernel command line: rxe.ip=A.B.C.D/N rxe.peer_ip=A.B.C.D
-# rxe.peer_mac=xx:xx:xx:xx:xx:xx rxe.mtu=N (defaults below).
+# rxe.peer_mac=xx:xx:xx:xx:xx:xx|none rxe.mtu=N (defaults below).
 BB=/bin/busybox
 $BB mkdir -p /proc /sys /dev /tmp /run /usr/local/bin
 $BB mount -t proc proc /proc
@@ -52,7 +52,11 @@ $IPR link set lo up
 $IPR link set eth0 mtu "$MTU" || fail "cannot set MTU $MTU"
 $IPR addr add "$ADDR" dev eth0 || fail "bad address $ADDR"
 $IPR link set eth0 up
-$IPR neigh replace "$PEER_IP" lladdr "$PEER_MAC" dev eth0 nud permanent || fail "neighbour"
+# rxe.peer_mac=none: no entry, the guest learns the peer's MAC by ARP (sim.e2e, the engine's
+# own ARP responder).
+if [ "$PEER_MAC" != none ]; then
+    $IPR neigh replace "$PEER_IP" lladdr "$PEER_MAC" dev eth0 nud permanent || fail "neighbour"
+fi
 $RDMA link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 failed"
 $BB dmesg -n 1
 
