@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""``python -m sim.replay``: a capture into the simulated engine, its frames and final state out.
+
+The input capture is built with scapy (the oracle of the frame formats): an ARP request, an
+OPEN_QP datagram packed as the reference host script packs it
+(``struct.pack('>BLLLQLLLLQLHBLLL', ...)``), MODIFY_QP_RTS, a txmeta start of the generator, a
+malformed request and other traffic. The output is decoded with scapy and the same struct
+format, and compared byte for byte with the frame-level model (:class:`sim.replay.EngineModel`).
+"""
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+from scapy.contrib import roce as sroce
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+from scapy.utils import wrpcap
+
+from roce_hw import proto
+from roce_hw.model.cm import generator_payload
+from sim import replay as rp
+from sim.oracle import protocol_icrc_bytes
+from sim.pcap import read_capture
+
+from conftest import ROOT
+
+__all__ = []
+
+ENGINE_MAC = "02:00:00:00:00:01"
+ENGINE_IP = "10.0.0.1"
+HOST_MAC = "02:00:00:00:00:02"
+HOST_IP = "10.0.0.2"
+#: The reference host script's datagram format.
+FMT = ">BLLLQLLLLQLHBLLL"
+REPLY_PORT = 0x4322
+
+HOST_QPN, HOST_PSN, HOST_RKEY, HOST_VA = 0x11, 0x000100, 0xABCD1234, 0x7F00_0000_1000
+ENGINE_PSN = 0xFFFFFE             # the engine's start PSN: wraps within the generator's run
+GEN_LEN, GEN_COUNT = 100, 3
+
+
+def ip_int(s):
+    return int.from_bytes(bytes(int(x) for x in s.split(".")), "big")
+
+
+def dgram(*, valid=1, req_type=0, ack_valid=0, ack_type=0, loc_qpn=0, loc_psn=0, loc_r_key=0,
+          loc_base_addr=0, loc_ip=0, rem_qpn=0, rem_psn=0, rem_r_key=0, rem_base_addr=0,
+          rem_ip=0, reply_port=REPLY_PORT, tx_valid=0, tx_start=0, tx_immediate=0, tx_type=0,
+          tx_resv=0, tx_dma_length=0, tx_n_transfers=0, tx_period=0):
+    """A datagram exactly as the reference ``send_connection_info.py`` packs it."""
+    flags = valid | req_type << 1 | ack_valid << 4 | ack_type << 5
+    tx_flags = tx_valid | tx_start << 1 | tx_immediate << 2 | tx_type << 3 | tx_resv << 4
+    return struct.pack(FMT, flags, loc_qpn, loc_psn, loc_r_key, loc_base_addr, loc_ip, rem_qpn,
+                       rem_psn, rem_r_key, rem_base_addr, rem_ip, reply_port, tx_flags,
+                       tx_dma_length, tx_n_transfers, tx_period)
+
+
+def undgram(b):
+    """The reply's fields, decoded with the same struct format."""
+    (flags, loc_qpn, loc_psn, loc_r_key, loc_base_addr, loc_ip, rem_qpn, rem_psn, rem_r_key,
+     rem_base_addr, rem_ip, reply_port, tx_flags, tx_dma_length, tx_n_transfers,
+     tx_period) = struct.unpack(FMT, b)
+    return {"valid": flags & 1, "req_type": flags >> 1 & 7, "ack_valid": flags >> 4 & 1,
+            "ack_type": flags >> 5, "loc_qpn": loc_qpn, "loc_psn": loc_psn,
+            "loc_r_key": loc_r_key, "loc_base_addr": loc_base_addr, "loc_ip": loc_ip,
+            "rem_qpn": rem_qpn, "rem_psn": rem_psn, "rem_r_key": rem_r_key,
+            "rem_base_addr": rem_base_addr, "rem_ip": rem_ip, "reply_port": reply_port,
+            "tx_flags": tx_flags, "tx_dma_length": tx_dma_length,
+            "tx_n_transfers": tx_n_transfers, "tx_period": tx_period}
+
+
+def cm_frame(payload):
+    return bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC) / IP(src=HOST_IP, dst=ENGINE_IP, flags="DF")
+                 / UDP(sport=REPLY_PORT, dport=proto.CM_UDP_PORT) / Raw(payload))
+
+
+def scenario():
+    """``(name, frame)`` of the input capture, in order."""
+    host = dict(loc_qpn=HOST_QPN, loc_psn=HOST_PSN, loc_r_key=HOST_RKEY, loc_base_addr=HOST_VA,
+                loc_ip=ip_int(HOST_IP))
+    return [
+        ("arp", bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff")
+                      / ARP(op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=ENGINE_IP))),
+        ("arp_other_ip", bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff")
+                               / ARP(op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst="10.0.0.99"))),
+        ("open", cm_frame(dgram(req_type=proto.CmReq.OPEN_QP, rem_psn=ENGINE_PSN, **host))),
+        ("ping", bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC) / IP(src=HOST_IP, dst=ENGINE_IP)
+                       / ICMP() / Raw(b"ping" * 10))),
+        ("modify", cm_frame(dgram(req_type=proto.CmReq.MODIFY_QP_RTS, rem_qpn=256,
+                                  rem_psn=ENGINE_PSN, **host))),
+        ("bad_flags", cm_frame(dgram(req_type=proto.CmReq.OPEN_QP, ack_valid=1, **host))),
+        ("udp_other", bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC) / IP(src=HOST_IP, dst=ENGINE_IP)
+                            / UDP(sport=1234, dport=9999) / Raw(b"x" * 30))),
+        ("start", cm_frame(dgram(valid=0, rem_qpn=256, tx_valid=1, tx_start=1, tx_type=1,
+                                 tx_immediate=1, tx_dma_length=GEN_LEN,
+                                 tx_n_transfers=GEN_COUNT, **host))),
+    ]
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    d = tmp_path_factory.mktemp("replay")
+    frames = scenario()
+    wrpcap(str(d / "in.pcap"), [Ether(f) for _, f in frames])
+    return d, frames
+
+
+def _classify(frames):
+    """Output frames by kind, decoded with scapy: ``{"arp": [...], "cm": [...], "roce": [...]}``."""
+    out = {"arp": [], "cm": [], "roce": [], "?": []}
+    for f in frames:
+        p = Ether(f)
+        if ARP in p:
+            out["arp"].append(p)
+        elif UDP in p and p[UDP].sport == proto.CM_UDP_PORT:
+            out["cm"].append(p)
+        elif UDP in p and p[UDP].dport == proto.ROCEV2_UDP_PORT:
+            out["roce"].append(p)
+        else:
+            out["?"].append(p)
+    return out
+
+
+def _check_outputs(frames):
+    """The replies and data frames of :func:`scenario`, checked with scapy and struct."""
+    k = _classify(frames)
+    assert not k["?"]
+    (arp,) = k["arp"]
+    assert arp[Ether].dst == HOST_MAC and arp[Ether].src == ENGINE_MAC
+    assert arp[ARP].op == 2 and arp[ARP].hwsrc == ENGINE_MAC and arp[ARP].psrc == ENGINE_IP
+    assert arp[ARP].hwdst == HOST_MAC and arp[ARP].pdst == HOST_IP
+    assert len(bytes(arp)) == 60
+    replies = [undgram(bytes(p[UDP].payload)) for p in k["cm"]]
+    for p in k["cm"]:
+        assert p[Ether].dst == HOST_MAC and p[IP].dst == HOST_IP and p[IP].src == ENGINE_IP
+        assert p[UDP].dport == REPLY_PORT and len(bytes(p[UDP].payload)) == 64
+        assert p[IP].flags == "DF" and p[UDP].chksum == 0 and p[IP].ttl == 64
+        fresh = p[IP].copy()
+        fresh.chksum = None
+        assert IP(bytes(fresh)).chksum == p[IP].chksum           # scapy recomputes it
+    assert [(r["req_type"], r["valid"], r["ack_type"]) for r in replies] == [
+        (proto.CmReq.OPEN_QP, 1, proto.CmAck.ACK),
+        (proto.CmReq.MODIFY_QP_RTS, 1, proto.CmAck.ACK),
+        (proto.CmReq.OPEN_QP, 1, proto.CmAck.ERROR),
+        (0, 0, proto.CmAck.ACK)]
+    assert all(r["ack_valid"] == 1 for r in replies)
+    opened = replies[0]
+    assert opened["loc_qpn"] == 256 and opened["loc_psn"] == ENGINE_PSN
+    assert opened["loc_ip"] == ip_int(ENGINE_IP)
+    assert (opened["rem_qpn"], opened["rem_psn"], opened["rem_r_key"], opened["rem_base_addr"],
+            opened["rem_ip"]) == (HOST_QPN, HOST_PSN, HOST_RKEY, HOST_VA, ip_int(HOST_IP))
+    assert replies[3]["tx_dma_length"] == GEN_LEN and replies[3]["tx_n_transfers"] == GEN_COUNT
+    # the generator's WRITE_WITH_IMM messages: one ONLY packet each (100 < PMTU 1024)
+    data = k["roce"]
+    assert len(data) == GEN_COUNT
+    for n, p in enumerate(data):
+        bth = p[sroce.BTH]
+        assert bth.opcode == 0x0B and bth.dqpn == HOST_QPN and bth.ackreq == 1
+        assert bth.psn == (ENGINE_PSN + n) & proto.PSN_MASK
+        assert p[Ether].dst == HOST_MAC and p[IP].dst == HOST_IP
+        raw = bytes(p[UDP].payload)
+        reth = struct.unpack(">QII", raw[12:28])
+        assert reth == (HOST_VA + n * GEN_LEN, HOST_RKEY, GEN_LEN)
+        assert struct.unpack(">I", raw[28:32])[0] == n          # ImmDt = message number
+        assert raw[32:32 + GEN_LEN] == generator_payload(n, GEN_LEN)
+        l3 = bytes(p[IP])
+        assert protocol_icrc_bytes(l3[:-4]) == l3[-4:]
+    return k
+
+
+# -- no simulation ---------------------------------------------------------------------------
+def test_reference_packing_is_the_datagram_layout():
+    """The struct format and the project's CM_DATAGRAM declaration agree (independent oracle)."""
+    b = dgram(req_type=3, loc_qpn=0x123456, loc_psn=7, loc_r_key=0xDEADBEEF,
+              loc_base_addr=0x0102030405060708, loc_ip=ip_int(HOST_IP), rem_qpn=257,
+              rem_psn=0xABCDEF, tx_valid=0, tx_type=1, tx_dma_length=5, tx_period=9)
+    assert len(b) == proto.CM_DATAGRAM_BYTES
+    f = proto.CM_DATAGRAM.unpack(b)
+    assert (f["valid"], f["req_type"], f["loc_qpn"], f["loc_base_addr"], f["rem_psn"],
+            f["tx_type"], f["tx_period"]) == (1, 3, 0x123456, 0x0102030405060708, 0xABCDEF, 1, 9)
+
+
+def test_model_replay(capture):
+    """The frame-level model answers the scenario as the CM spec says (the hardware's oracle)."""
+    _, frames = capture
+    res = rp.replay([f for _, f in frames], width=64, n_qp=4, local_mac=rp.parse_mac(ENGINE_MAC),
+                    local_ip=rp.parse_ip(ENGINE_IP), model=True)
+    _check_outputs([f for _, f in res.tx])
+    assert [bytes(f) for _, f in res.other] == [f for n, f in frames
+                                                if n in ("arp_other_ip", "ping", "udp_other")]
+    row = res.qp_table[0]
+    assert row["state"] == proto.QPState.RTS and row["remote_qpn"] == HOST_QPN
+    assert row["next_psn"] == (ENGINE_PSN + GEN_COUNT) & proto.PSN_MASK
+    assert all(r["state"] == 0 for r in res.qp_table[1:])
+    assert res.counters["cm"]["ok"] == 3 and res.counters["cm"]["bad_flags"] == 1
+
+
+def test_cli_errors(tmp_path, capture):
+    d, _ = capture
+    good = ["--width", "64", "--qps", "4", "--mac", ENGINE_MAC, "--ip", ENGINE_IP,
+            "--rx", str(d / "in.pcap"), "--tx", str(tmp_path / "o.pcap"),
+            "--json", str(tmp_path / "s.json"), "--model", "--quiet"]
+
+    def run(*changes):
+        args = list(good)
+        for opt, val in changes:
+            args[args.index(opt) + 1] = val
+        r = subprocess.run([sys.executable, "-m", "sim.replay", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stderr.strip()
+
+    bad_pcap = tmp_path / "bad.pcap"
+    bad_pcap.write_bytes(b"not a capture at all")
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((d / "in.pcap").read_bytes()[:-7])
+    for change, words in [
+            (("--width", "100"), "64, 128"), (("--qps", "0"), "--qps"),
+            (("--mac", "02:00:00:00:01"), "MAC"), (("--ip", "10.0.0.300"), "IPv4"),
+            (("--rx", str(tmp_path / "missing.pcap")), "missing.pcap"),
+            (("--rx", str(bad_pcap)), "not a pcap"), (("--rx", str(cut)), "cut.pcap"),
+            (("--json", str(tmp_path)), "directory")]:
+        rc, err = run(change)
+        assert rc == 2, (change, err)
+        assert len(err.splitlines()) == 1 and err.startswith("error:") and words in err, \
+            (change, err)
+    rc, err = run()
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["engine"] == "model" and doc["qp_table"][0]["state"] == proto.QPState.RTS
+    assert len(read_capture(tmp_path / "o.pcap")) == 1 + 4 + GEN_COUNT
