@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""Generate the RoCEv2 TX engine as Verilog: ``python build.py --width 512 [--qps 16] [--out DIR]``.
+"""Generate the RoCEv2 engine as Verilog: ``python build.py --width 512 [--qps 16] [--top tx|engine]
+[--out DIR]``.
 
 A thin command line around :func:`roce_hw.generate.generate`: writes ``DIR/roce_tx.v`` (module
-``roce_tx``, :class:`roce_hw.top.TxTop`) and ``DIR/roce_tx_ports.txt``. Exit status 2, with a
+``roce_tx``, :class:`roce_hw.top.TxTop`) and ``DIR/roce_tx_ports.txt``, or with ``--top engine``
+the whole engine (RX front end, connection manager, ARP; :class:`roce_hw.top.EngineTop`) as
+``roce_engine.v``. Exit status 2, with a
 message naming what is wrong, for impossible options or an unusable ``--out``; 1 for lint
 findings.
 """
@@ -16,17 +19,25 @@ __all__ = ["main"]
 
 def main(argv=None):
     from roce_hw.config import DATA_WIDTHS, EngineConfig
-    from roce_hw.generate import LINT_OFF, LintError, ToolMissing, check_module_name, generate
+    from roce_hw.generate import (LINT_OFF, TOPS, LintError, ToolMissing, check_module_name,
+                                  generate)
 
     ap = argparse.ArgumentParser(prog="python build.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--width", type=int, default=512,
                     help=f"datapath width in bits: {', '.join(map(str, DATA_WIDTHS))}")
     ap.add_argument("--qps", type=int, default=16, help="number of queue pairs (1-16384)")
+    ap.add_argument("--top", choices=TOPS, default="tx",
+                    help="tx: the TX engine (module roce_tx); engine: the whole engine with "
+                         "the RX front end, connection manager and ARP (module roce_engine)")
+    ap.add_argument("--no-rx-other", action="store_true",
+                    help="with --top engine: drop received frames that are not for the engine "
+                         "instead of passing them out on m_axis_rx_other")
     ap.add_argument("--out", default=None,
-                    help="output folder (created if missing; default build/roce_tx_<width>)")
-    ap.add_argument("--name", default="roce_tx",
-                    help="Verilog module name (a plain identifier, not a keyword)")
+                    help="output folder (created if missing; default build/<name>_<width>)")
+    ap.add_argument("--name", default=None,
+                    help="Verilog module name (a plain identifier, not a keyword; default "
+                         "roce_tx or roce_engine)")
     ap.add_argument("--lint", action="store_true",
                     help="also lint with plain `verilator --lint-only -Wall`; the file switches "
                          "off " + ", ".join(LINT_OFF) + " (artefacts of generation)")
@@ -41,16 +52,23 @@ def main(argv=None):
                          "with tuser (default drop)")
     args = ap.parse_args(argv)
     try:
-        config = EngineConfig(data_width=args.width, n_qp=args.qps)
-        check_module_name(args.name)
+        config = EngineConfig(data_width=args.width, n_qp=args.qps,
+                              rx_other=not args.no_rx_other)
+        name = args.name or {"tx": "roce_tx", "engine": "roce_engine"}[args.top]
+        check_module_name(name)
         if not args.no_underrun and (args.fifo_depth is not None or args.fifo_abort):
             raise ValueError("--fifo-depth and --fifo-abort need --no-underrun")
+        if args.top == "engine" and args.no_underrun:
+            raise ValueError("--no-underrun is not available with --top engine yet")
+        if args.top == "tx" and args.no_rx_other:
+            raise ValueError("--no-rx-other needs --top engine")
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = args.out or f"build/roce_tx_{args.width}"
+    out = args.out or f"build/{name}_{args.width}"
     try:
-        generate(config, out, name=args.name, lint=args.lint, no_underrun=args.no_underrun,
+        generate(config, out, name=name, top=args.top, lint=args.lint,
+                 no_underrun=args.no_underrun,
                  fifo_depth=args.fifo_depth, fifo_abort=args.fifo_abort or "drop", log=print)
     except ValueError as e:            # e.g. a FIFO too small for the longest frame
         print(f"error: {e}", file=sys.stderr)

@@ -196,11 +196,18 @@ def _prepare_out_dir(out_dir):
     return out
 
 
-def generate(config, out_dir, *, name="roce_tx", lint=False, no_underrun=False,
-             fifo_depth=None, fifo_abort="drop", log=None):
-    """Emit the TX engine built from ``config`` as Verilog module ``name`` into ``out_dir``.
+#: What :func:`generate` can emit: ``"tx"`` the TX engine (:class:`~roce_hw.top.TxTop`),
+#: ``"engine"`` the whole engine with RX, CM and ARP (:class:`~roce_hw.top.EngineTop`).
+TOPS = ("tx", "engine")
 
-    Writes ``out_dir/<name>.v`` (:class:`~roce_hw.top.TxTop`, see :func:`verilog_text`) and
+
+def generate(config, out_dir, *, name=None, top="tx", lint=False, no_underrun=False,
+             fifo_depth=None, fifo_abort="drop", log=None):
+    """Emit the engine built from ``config`` as Verilog module ``name`` into ``out_dir``.
+
+    ``top`` is ``"tx"`` (:class:`~roce_hw.top.TxTop`, default name ``roce_tx``) or ``"engine"``
+    (:class:`~roce_hw.top.EngineTop`, default name ``roce_engine``; no frame FIFO option yet).
+    Writes ``out_dir/<name>.v`` (see :func:`verilog_text`) and
     ``out_dir/<name>_ports.txt`` (one port per line). ``no_underrun``, ``fifo_depth`` and
     ``fifo_abort`` are passed to :class:`~roce_hw.top.TxTop`. With ``lint=True`` the file is
     also checked with :func:`lint`. ``log`` (default: silent) receives progress lines.
@@ -215,14 +222,25 @@ def generate(config, out_dir, *, name="roce_tx", lint=False, no_underrun=False,
     LintError, ToolMissing
         With ``lint=True``.
     """
-    from .top import TxTop
+    from .top import EngineTop, TxTop
 
     log = log or (lambda *a: None)
+    if top not in TOPS:
+        raise ValueError(f"top must be one of {', '.join(TOPS)}, not {top!r}")
+    name = name or {"tx": "roce_tx", "engine": "roce_engine"}[top]
     check_module_name(name)
-    top = TxTop(config, no_underrun=no_underrun, fifo_depth=fifo_depth, fifo_abort=fifo_abort)
+    if top == "engine":
+        if no_underrun or fifo_depth is not None:
+            raise ValueError("the frame FIFO (no_underrun) is not available for the whole "
+                             "engine yet; put a frame FIFO after m_axis_tx")
+        top = EngineTop(config)
+        fifo = ""
+    else:
+        top = TxTop(config, no_underrun=no_underrun, fifo_depth=fifo_depth,
+                    fifo_abort=fifo_abort)
+        fifo = f", frame FIFO of {top.fifo_depth} beats" if no_underrun else ""
     out = _prepare_out_dir(out_dir)
     t0 = time.monotonic()
-    fifo = f", frame FIFO of {top.fifo_depth} beats" if no_underrun else ""
     log(f"elaborating {name}: {config.data_width}-bit datapath, {config.n_qp} QPs{fifo} ...")
     text = verilog_text(top, name)
     vpath = out / f"{name}.v"

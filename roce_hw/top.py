@@ -18,11 +18,15 @@ from .lib.flat import FlatTop
 from .lib.frame_fifo import FrameFifo
 from .tx.engine import TxEngine
 
-__all__ = ["PORT_NAMES", "MAX_PMTU", "max_frame_bytes", "max_frame_beats", "TxTop",
-           "BufferedTxEngine"]
+__all__ = ["PORT_NAMES", "ENGINE_PORT_NAMES", "MAX_PMTU", "max_frame_bytes", "max_frame_beats",
+           "TxTop", "EngineTop", "BufferedTxEngine"]
 
 #: Names of the engine's streams in the flat Verilog ports (``s_axis_payload_*``, ``m_axis_tx_*``).
 PORT_NAMES = {"i": "payload", "o": "tx"}
+
+#: Names of the whole engine's streams in the flat Verilog ports (``s_axis_rx_*``,
+#: ``m_axis_tx_*``, ``m_axis_rx_other_*``, ``s_axis_payload_*``).
+ENGINE_PORT_NAMES = {"i": "payload"}
 
 #: Largest PMTU a QP can be given (``ctx_pmtu`` 5), in bytes.
 MAX_PMTU = 4096
@@ -132,3 +136,24 @@ class TxTop(FlatTop):
     def fifo_depth(self):
         """Depth of the frame FIFO in beats, or ``None`` without one."""
         return self._fifo_depth
+
+
+class EngineTop(FlatTop):
+    """The flat-port top of the whole engine (:class:`~roce_hw.engine.RoceEngine`: TX, RX front
+    end, connection manager, ARP, traffic generator), as ``build.py --top engine`` emits it as
+    module ``roce_engine``. Frames from the MAC come in on ``s_axis_rx_*`` (``tuser`` = bad
+    frame; ``s_axis_rx_tready`` is constant 1), frames to the MAC leave on ``m_axis_tx_*``,
+    other traffic on ``m_axis_rx_other_*`` (``config.rx_other``); the counters are one port
+    each (``counters_rx_icrc``, ``counters_cm_no_qp``, ...)."""
+
+    def __init__(self, config):
+        from .engine import RoceEngine
+
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        self._config = config
+        super().__init__(RoceEngine(config), rename=ENGINE_PORT_NAMES)
+
+    @property
+    def config(self):
+        return self._config

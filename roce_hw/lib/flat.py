@@ -6,13 +6,14 @@ engineer instantiating ``roce_tx`` wants one port per field instead. :class:`Fla
 component whose members are streams and plain signals and exposes:
 
 * a packet stream (payload ``{data, keep, first, last[, abort]}``) as AXI-Stream:
-  ``s_axis_<name>_tdata/tkeep/tlast/tvalid/tready`` for inputs,
+  ``s_axis_<name>_tdata/tkeep/tlast/tvalid/tready[/tuser]`` for inputs,
   ``m_axis_<name>_tdata/tkeep/tlast/tvalid/tready[/tuser]`` for outputs (``tuser`` = ``abort``).
   ``first`` is derived for inputs (the beat after a ``tlast``, or the first beat after reset)
   and dropped for outputs, as AXI-Stream has no start-of-packet flag;
 * any other stream as ``s_<name>_valid/ready`` / ``m_<name>_valid/ready`` plus one port per
   payload field, nested fields joined with ``_`` (``s_qp_mgmt_req_ctx_remote_mac``);
-* a plain signal under its own name.
+* a plain signal under its own name; one with a struct shape (a set of counters) as one port
+  per leaf field, ``<name>_<field>[_<field>...]``.
 
 The wrapper adds no register and no latency: every port is wired straight through, except
 the one-bit ``first`` tracker per input packet stream.
@@ -83,7 +84,12 @@ def flat_ports(signature, rename=None):
     for orig, member in signature.members.items():
         name = rename.get(orig, orig)
         if member.is_port:
-            add(name, (member, None))
+            if isinstance(member.shape, data.StructLayout):
+                # a struct-shaped port (a set of counters...) becomes one port per leaf field
+                for flat, path, shape in _leaves(member.shape, ()):
+                    add(f"{name}_{flat}", ((In if member.flow == In else Out)(shape), None))
+            else:
+                add(name, (member, None))
             continue
         sink = member.flow == In   # the component consumes it
         layout = _payload_layout(name, member)
@@ -92,7 +98,7 @@ def flat_ports(signature, rename=None):
             base = f"{pre}axis_{name}_"
             fields = {"tdata": layout["data"].shape, "tkeep": layout["keep"].shape,
                       "tlast": 1}
-            if not sink and "abort" in (n for n, _ in layout):
+            if "abort" in (n for n, _ in layout):
                 fields["tuser"] = 1
             d_in = In if sink else Out
             for f, shape in fields.items():
@@ -149,10 +155,16 @@ class FlatTop(wiring.Component):
             port = getattr(inner, orig)
             name = self._rename.get(orig, orig)
             if member.is_port:
-                if member.flow == In:
-                    m.d.comb += port.eq(getattr(self, name))
+                if isinstance(member.shape, data.StructLayout):
+                    pairs = [(getattr(self, f"{name}_{flat}"), _get(port, path))
+                             for flat, path, _ in _leaves(member.shape, ())]
                 else:
-                    m.d.comb += getattr(self, name).eq(port)
+                    pairs = [(getattr(self, name), port)]
+                for outer, inner_field in pairs:
+                    if member.flow == In:
+                        m.d.comb += inner_field.eq(outer)
+                    else:
+                        m.d.comb += outer.eq(inner_field)
                 continue
             sink = member.flow == In
             layout = _payload_layout(name, member)
@@ -172,6 +184,8 @@ class FlatTop(wiring.Component):
                         port.payload.last.eq(tlast), port.payload.first.eq(~in_packet),
                         port.valid.eq(tvalid), tready.eq(port.ready),
                     ]
+                    if hasattr(self, base + "tuser"):
+                        m.d.comb += port.payload.abort.eq(getattr(self, base + "tuser"))
                 else:
                     m.d.comb += [
                         tdata.eq(port.payload.data), tkeep.eq(port.payload.keep),
