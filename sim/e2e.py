@@ -1,0 +1,461 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""End to end: the host tool in the soft-RoCE guest against the simulated engine, every frame.
+
+Run from the repository root::
+
+    python -m sim.e2e --width 64
+    python -m sim.e2e --width 64 --ops write,send_imm --length 3000 --count 4 --pcap build/e2e.pcap
+    python -m sim.e2e --model                       # the frame-level Python model instead
+
+Boots the guest of :mod:`sim.guest` (:class:`sim.vm.RxeVM`) with the repository's pure-Python
+code appended (``python -m roce_hw.host`` runs there) and **without** a neighbour entry for the
+engine, and connects the guest's NIC to the simulated :class:`roce_hw.engine.RoceEngine` at
+frame level in both directions: every frame from the guest (ARP requests, the host tool's CM
+datagrams, rxe's ACKs, anything else) goes into ``RoceEngine.rx`` (one beat per cycle, ``ready``
+constant 1), every frame from ``RoceEngine.tx`` (ARP replies, CM replies, the generator's data
+frames) goes to the guest the cycle its last beat leaves the engine (:class:`sim.vm.RxeBridge`:
+after a frame with AckReq the simulation is held, wall clock, until rxe has answered, so it
+never runs ahead of rxe). When the engine has been quiet for a while the simulation waits (wall
+clock) for the guest's next frame instead of spinning: the engine has no timer, so simulated
+time standing still while the guest computes changes nothing.
+
+In the guest it runs the host tool's verbs mode (:data:`HOST_TOOL`): ARP for the engine, OPEN,
+its QP to RTS, MODIFY_QP_RTS, the engine's generator started once per ``--ops`` entry
+(``--count`` messages of ``--length`` bytes), the WRITE data checked in its memory region and the
+SEND/SEND_IMM data and immediates in its receive completions byte for byte; then CLOSE, a
+re-open with a new PSN and the same traffic again. This tool checks the other side: every data
+frame the engine sent decoded (PSNs consecutive from the PSN the CM reply announced, the
+generator's payload pattern, addresses and immediates), rxe's ACKs cover every message and rxe
+sent no NAK, the CM replies were ACKs, and the engine's counters show no drop of a frame the
+guest sent. The last line is ``PASS`` or ``FAIL: reasons``; exit status 0 on PASS, 1 on FAIL,
+2 for usage or set-up errors (no QEMU, the guest does not boot).
+"""
+
+import argparse
+import io
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roce_hw import proto
+
+__all__ = ["ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "OPS", "HOST_TOOL", "E2eRun",
+           "host_argv", "run_e2e", "check_frames", "report", "main"]
+
+ENGINE_MAC = "02:00:00:00:00:01"
+ENGINE_IP = "10.0.0.1"
+GUEST_MAC = "02:00:00:00:00:02"
+GUEST_IP = "10.0.0.2"
+#: ``--ops`` names -> WR opcodes the generator sends.
+OPS = {"write": proto.WrOpcode.RDMA_WRITE, "write_imm": proto.WrOpcode.RDMA_WRITE_WITH_IMM,
+       "send": proto.WrOpcode.SEND, "send_imm": proto.WrOpcode.SEND_WITH_IMM}
+#: The host tool's module, run in the guest as ``python3 -m``.
+HOST_TOOL = "roce_hw.host"
+#: Engine cycles without any movement after which the simulation waits for the guest.
+IDLE_CYCLES = 1000
+#: Wall-clock seconds per wait for a guest frame while the engine is idle.
+IDLE_WAIT = 0.05
+
+
+def host_argv(*, ops, length, count, period=0, reopen=True):
+    """The host tool command line run in the guest."""
+    argv = ["python3", "-m", HOST_TOOL, "--verbs", "rxe0", "--engine", ENGINE_IP,
+            "--ops", ",".join(ops), "--length", str(length), "--count", str(count),
+            "--period", str(period)]
+    if reopen:
+        argv.append("--reopen")
+    return argv
+
+
+@dataclass
+class E2eRun:
+    """Everything one run produced."""
+    width: int
+    model: bool
+    argv: list
+    tool: dict = field(default_factory=dict)        #: rc, stdout, stderr, seconds
+    counters: dict = field(default_factory=dict)
+    qp_table: list = field(default_factory=list)
+    checks: dict = field(default_factory=dict)      #: what check_frames found
+    problems: list = field(default_factory=list)
+    rxe_counters: dict = field(default_factory=dict)
+    boot_seconds: float = 0.0
+    run_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    cycles: int = 0
+    bridge: object = None
+
+    @property
+    def ok(self):
+        return not self.problems
+
+
+# -- the engine side -------------------------------------------------------------------------
+def _run_model(bridge, *, n_qp, finished, progress):
+    """The frame-level model (:class:`sim.replay.EngineModel`) answering the guest."""
+    from sim.replay import EngineModel, parse_ip, parse_mac
+    m = EngineModel(n_qp, local_mac=parse_mac(ENGINE_MAC), local_ip=parse_ip(ENGINE_IP))
+    step = 0
+    while not finished():
+        bridge.poll(step, timeout=IDLE_WAIT)
+        while bridge.rx_queue:
+            _, frame = bridge.rx_queue.popleft()
+            step += 1
+            tx, _ = m.receive(frame)
+            for f in tx:
+                step += 1
+                bridge.deliver(f, step)
+    rows = [{"qp": q, "qpn": proto.LOCAL_QPN_BASE + q,
+             **{k: int(m.rows[q][k]) for k, _ in proto.QP_CONTEXT_FIELDS}} for q in range(n_qp)]
+    return step, {"model": dict(m.counters), "cm": dict(m.cm.counters)}, rows
+
+
+def _run_sim(bridge, *, width, n_qp, finished, idle_cycles, progress):
+    """The Amaranth simulation of :class:`roce_hw.engine.RoceEngine` on the bridge."""
+    from roce_hw.config import EngineConfig
+    from roce_hw.engine import RoceEngine
+    from sim.replay import EngineSim, parse_ip, parse_mac
+
+    def source(cycle, idle):
+        if not bridge.rx_queue:
+            if idle >= idle_cycles:
+                bridge.poll(cycle, timeout=IDLE_WAIT)    # the engine is quiet: wait for the guest
+            elif cycle % 256 == 0:
+                bridge.poll(cycle)
+        if bridge.rx_queue:
+            return bridge.rx_queue.popleft()[1]
+        return None
+
+    def on_tx(frame, cycle, aborted):
+        if aborted:
+            bridge.aborted += 1
+        else:
+            bridge.deliver(frame, cycle)
+
+    def done(cycle, idle):
+        return idle >= idle_cycles and not bridge.rx_queue and finished()
+
+    dut = RoceEngine(EngineConfig(data_width=width, n_qp=n_qp))
+    sim = EngineSim(dut, local_mac=parse_mac(ENGINE_MAC), local_ip=parse_ip(ENGINE_IP),
+                    source=source, on_tx=on_tx, done=done, max_cycles=1 << 62)
+    sim.run(progress=progress)
+    return sim.cycle, sim.counters, sim.qp_table
+
+
+class _ToolWatch:
+    """Is the guest program finished? Asks the agent at most every ``every`` seconds."""
+
+    def __init__(self, vm, task, timeout, every=0.5):
+        self.vm, self.task, self.every = vm, task, every
+        self.deadline = time.monotonic() + timeout
+        self.result = None
+        self._last = 0.0
+
+    def __call__(self):
+        if self.result is not None:
+            return True
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return False
+        self._last = now
+        self.result = self.vm.program_result(self.task)
+        if self.result is None and now > self.deadline:
+            self.result = {"rc": None, "stdout": "", "stderr": "the host tool did not finish "
+                           "in time (killed with the guest)", "seconds": None}
+        return self.result is not None
+
+
+# -- checks ----------------------------------------------------------------------------------
+def check_frames(capture, *, ops, length, count):
+    """Frame-level checks of one run's capture (:attr:`sim.vm.RxeBridge.capture`): returns
+    ``(facts, problems)``.
+
+    * every CM reply to the guest is an ACK; the OPEN and MODIFY ACKs give each connection's
+      engine start PSN (``loc_psn``) and the guest QPN (``rem_qpn``);
+    * the engine's data frames of a connection have consecutive PSNs from that start; they form
+      messages (FIRST/MIDDLE/LAST or ONLY) of ``length`` bytes: message ``n`` of each generator
+      run has payload byte ``k`` = ``(k + n) & 0xFF``, immediate ``n`` (``*_WITH_IMM``), RETH
+      address base + ``n * length`` (WRITE), and the runs follow ``ops`` in order;
+    * rxe answered: no NAK, and an ACK at or after the last PSN of every connection.
+    """
+    from roce_hw.host import datagram as dg
+    from roce_hw.model.cm import generator_payload
+    from roce_hw.model.packet import parse_frame
+    from sim.vm import parse_roce
+    problems, facts = [], {"arp_replies": 0, "cm_replies": [], "data_frames": 0, "messages": 0,
+                           "connections": [], "acks": 0, "naks": []}
+    conns = []            # dicts: guest qpn, start psn, next psn, messages, ops seen
+    cur = {}              # guest QPN -> current connection
+    msg = None
+    for c in capture:
+        if c.note == "dropped":
+            continue
+        f = c.data
+        if c.direction == "to_guest":
+            if f[12:14] == proto.ETHERTYPE_ARP.to_bytes(2, "big"):
+                facts["arp_replies"] += 1
+                continue
+            info = parse_roce(f)
+            if info is None:
+                if len(f) >= 14 + 20 + 8 + 64 and f[23] == proto.IP_PROTO_UDP and \
+                        int.from_bytes(f[34:36], "big") == proto.CM_UDP_PORT:
+                    d = dg.unpack(f[42:106])
+                    name = dg.req_name(d["req_type"]) if d["valid"] else (
+                        "START" if d["tx_start"] else "STOP")
+                    facts["cm_replies"].append((name, dg.ack_name(d["ack_type"])))
+                    if d["ack_type"] != proto.CmAck.ACK:
+                        problems.append(f"CM reply {name}: {dg.ack_name(d['ack_type'])}")
+                    elif d["valid"] and d["req_type"] in (proto.CmReq.OPEN_QP,
+                                                          proto.CmReq.MODIFY_QP_RTS):
+                        q = d["rem_qpn"]
+                        if d["req_type"] == proto.CmReq.OPEN_QP or q not in cur:
+                            cur[q] = {"guest_qpn": q, "engine_qpn": d["loc_qpn"],
+                                      "start_psn": d["loc_psn"], "next_psn": d["loc_psn"],
+                                      "runs": [], "frames": 0, "last_ack": None}
+                            conns.append(cur[q])
+                        else:
+                            cur[q]["start_psn"] = cur[q]["next_psn"] = d["loc_psn"]
+                        cur[q]["va"] = d["rem_base_addr"]
+                else:
+                    problems.append(f"unexpected frame to the guest ({len(f)} bytes)")
+                continue
+            facts["data_frames"] += 1
+            conn = cur.get(info.dest_qp)
+            if conn is None:
+                problems.append(f"data frame for guest QP {info.dest_qp} before its OPEN ACK")
+                continue
+            if info.psn != conn["next_psn"]:
+                problems.append(f"QP {info.dest_qp}: PSN {info.psn:#08x}, expected "
+                                f"{conn['next_psn']:#08x}")
+            conn["next_psn"] = (info.psn + 1) & proto.PSN_MASK
+            conn["frames"] += 1
+            p = parse_frame(f)
+            op5 = p.bth["opcode"] & 0x1F
+            first = op5 in (0x00, 0x04, 0x05, 0x06, 0x0A, 0x0B)
+            last = op5 in (0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0A, 0x0B)
+            if first:
+                msg = {"ops": op5, "payload": bytearray(), "reth": p.reth, "imm": None}
+            elif msg is None:
+                problems.append(f"PSN {info.psn:#08x}: a MIDDLE/LAST without a FIRST")
+                continue
+            msg["payload"] += p.payload
+            if last:
+                msg["imm"] = p.imm
+                msg["last_op"] = op5
+                op = next((w for w, seq in proto.WR_OPCODE_SEQUENCE.items()
+                           if op5 in (seq[2], seq[3]) and (msg["ops"] in (seq[0], seq[3]))),
+                          None)
+                runs = conn["runs"]
+                if not runs or runs[-1]["op"] != op or len(runs[-1]["msgs"]) >= count:
+                    runs.append({"op": op, "msgs": []})
+                n = len(runs[-1]["msgs"])
+                runs[-1]["msgs"].append(msg)
+                facts["messages"] += 1
+                want = generator_payload(n, length)
+                if bytes(msg["payload"]) != want:
+                    problems.append(f"QP {info.dest_qp} {getattr(op, 'name', op)} message {n}: "
+                                    f"payload differs ({len(msg['payload'])} bytes)")
+                if op in (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM):
+                    if msg["imm"] != n:
+                        problems.append(f"QP {info.dest_qp} message {n}: immediate "
+                                        f"{msg['imm']}, expected {n}")
+                if op in (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM):
+                    va = msg["reth"]["va"] if msg["reth"] else None
+                    if va != (conn.get("va", 0) + n * length) & ((1 << 64) - 1):
+                        problems.append(f"QP {info.dest_qp} message {n}: RETH address {va}")
+                msg = None
+        else:
+            info = parse_roce(f)
+            if info is None or not info.is_ack:
+                continue
+            if info.is_nak:
+                facts["naks"].append((info.syndrome, info.psn))
+                problems.append(f"rxe NAK syndrome {info.syndrome:#04x} PSN {info.psn:#08x}")
+                continue
+            facts["acks"] += 1
+            for conn in conns:
+                if conn["engine_qpn"] == info.dest_qp:
+                    conn["last_ack"] = info.psn
+    want_ops = [OPS[o] for o in ops]
+    for conn in conns:
+        got_ops = [r["op"] for r in conn["runs"]]
+        sizes = [len(r["msgs"]) for r in conn["runs"]]
+        facts["connections"].append({
+            "guest_qpn": conn["guest_qpn"], "engine_qpn": conn["engine_qpn"],
+            "start_psn": conn["start_psn"], "frames": conn["frames"],
+            "runs": [(getattr(o, "name", o), s) for o, s in zip(got_ops, sizes)],
+            "last_ack": conn["last_ack"]})
+        if got_ops != want_ops or sizes != [count] * len(want_ops):
+            problems.append(f"guest QP {conn['guest_qpn']}: generator runs "
+                            f"{[(getattr(o, 'name', o), s) for o, s in zip(got_ops, sizes)]}, "
+                            f"expected {[(o.name, count) for o in want_ops]}")
+        last = (conn["next_psn"] - 1) & proto.PSN_MASK
+        if conn["last_ack"] is None or ((conn["last_ack"] - last) & proto.PSN_MASK) >= 1 << 23:
+            problems.append(f"guest QP {conn['guest_qpn']}: rxe did not ACK PSN {last:#08x}")
+    if facts["arp_replies"] == 0:
+        problems.append("the engine sent no ARP reply (the guest has no static entry)")
+    if not conns:
+        problems.append("no connection was opened")
+    return facts, problems
+
+
+# -- one run ---------------------------------------------------------------------------------
+def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, period=0,
+            n_qp=4, model=False, reopen=True, timeout=600.0, reply_timeout=5.0, progress=None,
+            argv=None):
+    """One end-to-end run on the booted ``vm`` (booted with ``peer_mac=None`` and the
+    repository layer); returns an :class:`E2eRun`."""
+    from sim.vm import RxeBridge
+    progress = progress or (lambda msg: None)
+    argv = argv or host_argv(ops=ops, length=length, count=count, period=period, reopen=reopen)
+    run = E2eRun(width=width, model=model, argv=argv, boot_seconds=vm.boot_seconds or 0.0)
+    counters0 = vm.call("counters")
+    bridge = RxeBridge(vm, reply_timeout=reply_timeout)
+    run.bridge = bridge
+    vm.drain_frames()
+    t0 = time.monotonic()
+    task = vm.spawn_program(argv, timeout=timeout)
+    watch = _ToolWatch(vm, task, timeout + 30)
+    progress(f"guest: {' '.join(argv)}")
+    if model:
+        run.cycles, run.counters, run.qp_table = _run_model(
+            bridge, n_qp=n_qp, finished=watch, progress=progress)
+    else:
+        run.cycles, run.counters, run.qp_table = _run_sim(
+            bridge, width=width, n_qp=n_qp, finished=watch,
+            idle_cycles=IDLE_CYCLES + 2 * period, progress=progress)
+    bridge.flush(run.cycles)
+    run.run_seconds = time.monotonic() - t0
+    run.wait_seconds = bridge.wait_seconds
+    run.tool = watch.result
+    counters1 = vm.call("counters")
+    run.rxe_counters = {k: v - counters0.get(k, 0) for k, v in counters1.items()
+                        if isinstance(v, int) and v != counters0.get(k, 0)}
+    run.checks, run.problems = check_frames(bridge.capture, ops=ops, length=length, count=count)
+    if run.tool.get("rc") != 0:
+        run.problems.insert(0, f"the host tool exited with status {run.tool.get('rc')}")
+    if reopen and len(run.checks["connections"]) < 2:
+        run.problems.append("no re-open: one connection only")
+    if reopen and len({c["start_psn"] for c in run.checks["connections"]}) < 2:
+        run.problems.append("the re-open did not use a new PSN")
+    for name in ("duplicate_request", "out_of_seq_request", "rcvd_seq_err", "seq_naks"):
+        if run.rxe_counters.get(name):
+            run.problems.append(f"rxe counter {name} +{run.rxe_counters[name]}")
+    cm = run.counters.get("cm", {})
+    bad = {k: v for k, v in cm.items() if k != "ok" and v}
+    if bad:
+        run.problems.append(f"CM counters: {bad}")
+    if any(r["state"] != proto.QPState.RESET for r in run.qp_table):
+        run.problems.append("a QP is still open after the host tool closed it")
+    return run
+
+
+def report(run, out=sys.stdout):
+    p = lambda *a: print(*a, file=out)   # noqa: E731
+    p(f"engine: {'frame-level model' if run.model else f'RoceEngine at {run.width} bits'}; "
+      f"guest boot {run.boot_seconds:.1f} s")
+    p(f"guest ran: {' '.join(run.argv)}  (exit {run.tool.get('rc')}, "
+      f"{run.tool.get('seconds') or 0:.1f} s)")
+    for line in (run.tool.get("stdout") or "").rstrip().splitlines():
+        p(f"  | {line}")
+    err = (run.tool.get("stderr") or "").rstrip().splitlines()
+    for line in err[-30:]:
+        p(f"  ! {line}")
+    c = run.checks
+    p(f"frames to the guest: {c.get('arp_replies', 0)} ARP replies, "
+      f"{len(c.get('cm_replies', []))} CM replies "
+      f"({', '.join(f'{a} {b}' for a, b in c.get('cm_replies', []))}), "
+      f"{c.get('data_frames', 0)} data frames, {c.get('messages', 0)} messages; "
+      f"from rxe: {c.get('acks', 0)} ACKs, {len(c.get('naks', []))} NAKs")
+    for conn in c.get("connections", []):
+        runs = ", ".join(f"{o} x{n}" for o, n in conn["runs"]) or "no data"
+        ack = "none" if conn["last_ack"] is None else f"{conn['last_ack']:#08x}"
+        p(f"  connection: guest QP {conn['guest_qpn']} <-> engine QP {conn['engine_qpn']}, "
+          f"start PSN {conn['start_psn']:#08x}, {conn['frames']} frames ({runs}), "
+          f"last ACK {ack}")
+    if run.counters:
+        flat = []
+
+        def walk(prefix, d):
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    walk(f"{prefix}{k}.", v)
+                elif v:
+                    flat.append(f"{prefix}{k}={v}")
+        walk("", run.counters)
+        p("engine counters: " + (", ".join(flat) or "all zero"))
+    if run.rxe_counters:
+        p("rxe counters: " + ", ".join(f"{k} +{v}" for k, v in sorted(run.rxe_counters.items())))
+    p(f"{run.cycles} cycles; run {run.run_seconds:.1f} s, of which {run.wait_seconds:.1f} s "
+      f"held for rxe's ACKs")
+    p("PASS" if run.ok else "FAIL: " + "; ".join(run.problems))
+
+
+def main(argv=None):
+    from roce_hw.config import DATA_WIDTHS
+    ap = argparse.ArgumentParser(
+        prog="python -m sim.e2e", description=__doc__.split("\n\n")[0],
+        epilog="Exit status: 0 PASS, 1 FAIL, 2 usage or set-up error. The guest image is built "
+               "on first use (apt-get download; cached in build/rxe-guest/).")
+    ap.add_argument("--width", type=int, default=64,
+                    help=f"engine bus width ({', '.join(map(str, DATA_WIDTHS))}; "
+                         f"default %(default)s)")
+    ap.add_argument("--ops", default="write,send_imm",
+                    help=f"generator runs per connection, comma-separated from "
+                         f"{', '.join(OPS)} (default %(default)s)")
+    ap.add_argument("--length", type=int, default=1500,
+                    help="bytes per message (default %(default)s)")
+    ap.add_argument("--count", type=int, default=3,
+                    help="messages per generator run (default %(default)s)")
+    ap.add_argument("--period", type=int, default=0,
+                    help="generator cycles between messages (default %(default)s)")
+    ap.add_argument("--qps", type=int, default=4, help="QPs of the engine (default %(default)s)")
+    ap.add_argument("--no-reopen", action="store_true",
+                    help="one connection only (default: close, re-open with a new PSN, again)")
+    ap.add_argument("--model", action="store_true",
+                    help="the frame-level Python model instead of the simulated hardware")
+    ap.add_argument("--pcap", metavar="OUT", default=None,
+                    help="write every frame, both directions, with simulated-time stamps")
+    ap.add_argument("--timeout", type=float, default=900.0,
+                    help="seconds the host tool may run (default %(default)s)")
+    ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = ap.parse_args(argv)
+    if args.width not in DATA_WIDTHS:
+        ap.error(f"--width {args.width} is not supported; choose one of "
+                 f"{', '.join(map(str, DATA_WIDTHS))}")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    if not ops or any(o not in OPS for o in ops):
+        ap.error(f"--ops {args.ops!r}: choose from {', '.join(OPS)}")
+    if not 1 <= args.length <= 1 << 20:
+        ap.error("--length must be 1 to 1048576")
+    if not 1 <= args.count <= 1000:
+        ap.error("--count must be 1 to 1000")
+    if args.period < 0:
+        ap.error("--period must not be negative")
+    if not 1 <= args.qps <= 16384:
+        ap.error("--qps must be 1 to 16384")
+    log = (lambda msg: None) if args.quiet else (
+        lambda msg: print(msg, file=sys.stderr, flush=True))
+    from sim.guest import GUEST_PYTHON, GuestBuildError
+    from sim.vm import RxeVM, VMError
+    try:
+        with RxeVM(peer_mac=None, pylib=GUEST_PYTHON, log=log) as vm:
+            run = run_e2e(vm, width=args.width, ops=ops, length=args.length, count=args.count,
+                          period=args.period, n_qp=args.qps, model=args.model,
+                          reopen=not args.no_reopen, timeout=args.timeout, progress=log)
+    except (GuestBuildError, VMError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.pcap:
+        from sim.pcap import write_pcap
+        from sim.traffic import CLOCK_MHZ
+        Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
+        write_pcap(args.pcap, run.bridge.pcap_frames(CLOCK_MHZ[args.width]), nanoseconds=True)
+        log(f"wrote {len(run.bridge.capture)} frames to {args.pcap}")
+    report(run)
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
