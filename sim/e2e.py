@@ -108,7 +108,7 @@ def _run_model(bridge, *, n_qp, finished, progress):
                 bridge.deliver(f, step)
     rows = [{"qp": q, "qpn": proto.LOCAL_QPN_BASE + q,
              **{k: int(m.rows[q][k]) for k, _ in proto.QP_CONTEXT_FIELDS}} for q in range(n_qp)]
-    return step, {"model": dict(m.counters), "cm": dict(m.cm.counters)}, rows
+    return step, m.counters, rows
 
 
 def _run_sim(bridge, *, width, n_qp, finished, idle_cycles, progress):

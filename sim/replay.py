@@ -26,8 +26,9 @@ the longest generator period asked for by a txmeta datagram in the input, plus 2
 every field of :data:`roce_hw.proto.QP_CONTEXT_FIELDS` by name, integers) and written with all
 counters (:func:`roce_hw.engine.engine_counters_layout`, nested by block) to ``--json``.
 
-``--model`` runs :class:`EngineModel` (this module's frame-level Python model: ARP, the CM of
-:mod:`roce_hw.model.cm`, the generator on :class:`roce_hw.model.requester.RequesterModel`)
+``--model`` runs :class:`EngineModel` (this module's frame-level Python model: the RX front end
+of :mod:`roce_hw.model.rx`, ARP, the CM of :mod:`roce_hw.model.cm`, the generator on
+:class:`roce_hw.model.requester.RequesterModel`)
 instead of the hardware: the oracle the hardware's output is compared with, and quick to run.
 
 Exit status: 0 done; 1 stopped at ``--max-cycles`` before the outputs were quiet; 2 bad
@@ -53,7 +54,6 @@ __all__ = ["EngineModel", "EngineSim", "ReplayResult", "replay", "read_input", "
 DEFAULT_DRAIN = 2000
 #: Default ``--max-cycles``.
 DEFAULT_MAX_CYCLES = 2_000_000
-_BROADCAST = (1 << 48) - 1
 
 
 # -- addresses -------------------------------------------------------------------------------
@@ -88,64 +88,29 @@ def arp_reply_frame(*, local_mac, local_ip, sha, spa):
     })
 
 
-def _arp_request(frame, local_mac, local_ip):
-    """``(sha, spa)`` of an ARP request for ``local_ip`` addressed to us or broadcast."""
-    need = proto.ETH.size + proto.ARP.size
-    if len(frame) < need:
-        return None
-    eth = proto.ETH.unpack(frame)
-    if eth["ethertype"] != proto.ETHERTYPE_ARP or eth["dst"] not in (local_mac, _BROADCAST):
-        return None
-    arp = proto.ARP.unpack(frame, proto.ETH.size)
-    if (arp["htype"], arp["ptype"], arp["hlen"], arp["plen"], arp["oper"]) != \
-            (1, proto.ETHERTYPE_IPV4, 6, 4, int(proto.ArpOper.REQUEST)) or \
-            arp["tpa"] != local_ip:
-        return None
-    return arp["sha"], arp["spa"]
-
-
-def _roce_for_us(frame, local_mac, local_ip):
-    """True for an IPv4/UDP 4791 frame to our MAC and IP with a good iCRC."""
-    from roce_hw.model.icrc import frame_icrc_ok
-    if len(frame) < 14 + 20 + 8 + 12 + 4:
-        return False
-    eth = proto.ETH.unpack(frame)
-    if eth["dst"] != local_mac or eth["ethertype"] != proto.ETHERTYPE_IPV4:
-        return False
-    ip = proto.IPV4.unpack(frame, 14)
-    if ip["version"] != 4 or ip["ihl"] != 5 or ip["dst"] != local_ip or \
-            ip["protocol"] != proto.IP_PROTO_UDP:
-        return False
-    udp = proto.UDP.unpack(frame, 34)
-    if udp["dst_port"] != proto.ROCEV2_UDP_PORT:
-        return False
-    try:
-        return frame_icrc_ok(frame[:14 + ip["total_length"]])
-    except (ValueError, IndexError):
-        return False
-
-
 class EngineModel:
     """The whole engine at frame level, in Python: what :class:`roce_hw.engine.RoceEngine`
-    must do with each received frame (timing aside).
+    must do with each received frame (timing aside), composed of the project's models.
 
-    * an ARP request for ``local_ip`` (to us or broadcast) -> :func:`arp_reply_frame`;
-    * a CM frame (:func:`roce_hw.model.cm.parse_cm_frame`) -> :class:`roce_hw.model.cm.CmModel`
-      and its reply frame; a generator start then sends all its messages at once
-      (:func:`roce_hw.model.cm.generator_messages` posted to a
-      :class:`~roce_hw.model.requester.RequesterModel` sharing the CM's QP rows, so PSNs
+    * :func:`roce_hw.model.rx.classify` (the RX front end's rules and counter names) decides;
+    * an ARP request for ``local_ip`` -> :func:`arp_reply_frame`;
+    * a CM datagram -> :class:`roce_hw.model.cm.CmModel` and its reply frame; a generator start
+      then sends all its messages at once (:func:`roce_hw.model.cm.generator_messages` posted
+      to a :class:`~roce_hw.model.requester.RequesterModel` sharing the CM's QP rows, so PSNs
       continue and ``next_psn`` is written back);
-    * a RoCEv2 frame for us with a good iCRC -> counted (``roce``), nothing sent;
-    * anything else -> ``rx_other`` unchanged (or dropped with ``rx_other=False``).
+    * a RoCEv2 frame with a good iCRC -> counted, nothing sent (the ACK path is a later issue's);
+    * ``other`` -> ``rx_other`` unchanged (dropped and counted with ``rx_other=False``).
 
-    :meth:`receive` returns ``(tx frames, rx_other frames)`` for one frame. Counters:
-    ``arp``, ``cm``, ``roce``, ``other``; the CM's are in ``cm.counters``.
+    No queue ever overflows here (the hardware's ``*_full`` counters stay 0 in the model).
+    :meth:`receive` returns ``(tx frames, rx_other frames)`` for one frame; the counters are
+    :attr:`counters` ``{"rx": ..., "cm": ...}`` as the hardware's ``counters.rx``/``.cm``.
     """
 
     def __init__(self, n_qp, *, local_mac, local_ip, cm_pmtu=int(proto.Pmtu.MTU_1024), ttl=64,
                  ack_req_every=64, ip_id_start=0, rx_other=True):
         from roce_hw.model.cm import CmModel
         from roce_hw.model.requester import RequesterModel
+        from roce_hw.model.rx import RxCounterModel
         self.local_mac, self.local_ip = int(local_mac), int(local_ip)
         self.rx_other = rx_other
         self.cm = CmModel(n_qp, local_mac=local_mac, local_ip=local_ip, cm_pmtu=cm_pmtu,
@@ -154,24 +119,30 @@ class EngineModel:
                                   ip_id_start=ip_id_start, local_mac=self.local_mac,
                                   local_ip=self.local_ip)
         self.req.qps.rows = self.cm.rows          # one QP table
-        self.counters = {"arp": 0, "cm": 0, "roce": 0, "other": 0}
+        self.rx = RxCounterModel()
 
     @property
     def rows(self):
         return self.cm.rows
 
-    def receive(self, frame):
-        from roce_hw.model.cm import generator_messages, parse_cm_frame
+    @property
+    def counters(self):
+        return {"rx": dict(self.rx.counts), "cm": dict(self.cm.counters)}
+
+    def receive(self, frame, bad=False):
+        from roce_hw.host import datagram as dg
+        from roce_hw.model.cm import generator_messages
+        from roce_hw.model.rx import classify
         frame = bytes(frame)
-        asker = _arp_request(frame, self.local_mac, self.local_ip)
-        if asker is not None:
-            self.counters["arp"] += 1
+        res = classify(frame, bad=bad, local_mac=self.local_mac, local_ip=self.local_ip)
+        self.rx.add(res, taken=res.kind != "other" or self.rx_other)
+        if res.kind == "arp":
             return [arp_reply_frame(local_mac=self.local_mac, local_ip=self.local_ip,
-                                    sha=asker[0], spa=asker[1])], []
-        parsed = parse_cm_frame(frame, local_mac=self.local_mac, local_ip=self.local_ip)
-        if parsed is not None:
-            self.counters["cm"] += 1
-            reply = self.cm.handle(*parsed)
+                                    sha=res.fields["sha"], spa=res.fields["spa"])], []
+        if res.kind == "cm":
+            f = res.fields
+            reply = self.cm.handle(dg.pack(f["dgram"]), f["src_mac"], f["src_ip"],
+                                   f["src_port"])
             out = [] if reply is None else [self.cm.frame(reply)]
             gen = self.cm.generator
             if gen is not None:
@@ -182,11 +153,9 @@ class EngineModel:
                     out += [s.frame for s in sent if s.frame is not None]
                 self.cm.generator_done()
             return out, []
-        if _roce_for_us(frame, self.local_mac, self.local_ip):
-            self.counters["roce"] += 1
-            return [], []
-        self.counters["other"] += 1
-        return [], [frame] if self.rx_other else []
+        if res.kind == "other" and self.rx_other:
+            return [], [frame]
+        return [], []
 
 
 # -- the hardware simulation -----------------------------------------------------------------
@@ -518,7 +487,7 @@ def _replay_model(res, frames, local_mac, local_ip):
     res.qp_table = [{"qp": q, "qpn": proto.LOCAL_QPN_BASE + q,
                      **{name: int(m.rows[q][name]) for name, _ in proto.QP_CONTEXT_FIELDS}}
                     for q in range(res.n_qp)]
-    res.counters = {"model": dict(m.counters), "cm": dict(m.cm.counters)}
+    res.counters = m.counters
     res.statuses = list(m.req.statuses)
     res.sim_seconds = time.monotonic() - t0
     return res

@@ -197,6 +197,8 @@ def test_model_replay(capture):
     assert row["next_psn"] == (ENGINE_PSN + GEN_COUNT) & proto.PSN_MASK
     assert all(r["state"] == 0 for r in res.qp_table[1:])
     assert res.counters["cm"]["ok"] == 3 and res.counters["cm"]["bad_flags"] == 1
+    rx = {k: v for k, v in res.counters["rx"].items() if v}
+    assert rx == {"rx_frames": 8, "arp": 1, "cm": 4, "other": 3}
 
 
 def test_cli_errors(tmp_path, capture):
