@@ -19,20 +19,21 @@ never runs ahead of rxe). When the engine has been quiet for a while the simulat
 clock) for the guest's next frame instead of spinning: the engine has no timer, so simulated
 time standing still while the guest computes changes nothing.
 
-In the guest it runs the host tool's verbs mode (:data:`HOST_TOOL`): ARP for the engine, OPEN,
-its QP to RTS, MODIFY_QP_RTS, the engine's generator started once per ``--ops`` entry
-(``--count`` messages of ``--length`` bytes), the WRITE data checked in its memory region and the
-SEND/SEND_IMM data and immediates in its receive completions byte for byte; then CLOSE, a
-re-open with a new PSN and the same traffic again. This tool checks the other side: every data
-frame the engine sent decoded (PSNs consecutive from the PSN the CM reply announced, the
-generator's payload pattern, addresses and immediates), rxe's ACKs cover every message and rxe
-sent no NAK, the CM replies were ACKs, and the engine's counters show no drop of a frame the
-guest sent. The last line is ``PASS`` or ``FAIL: reasons``; exit status 0 on PASS, 1 on FAIL,
-2 for usage or set-up errors (no QEMU, the guest does not boot).
+In the guest it runs the host tool's verbs mode (:data:`HOST_TOOL`, :func:`host_argv`) once
+per ``--ops`` entry, one after the other, against the same engine: ARP for the engine (first
+time), OPEN, its QP to RTS, MODIFY_QP_RTS, the engine's generator started (``--count`` messages
+of ``--length`` bytes), the WRITE data checked in its memory region and the SEND/SEND_IMM data
+and immediates in its receive completions byte for byte; then CLOSE, a re-open with new PSNs,
+the same traffic again, CLOSE. This tool checks the other side: every data frame the engine sent
+decoded (PSNs consecutive from the PSN the CM reply announced, the generator's payload pattern,
+addresses and immediates, the expected operation and count per connection), rxe's ACKs cover
+every connection's last PSN and rxe sent no NAK, the CM replies were ACKs, the engine's CM and
+RX counters show no refusal or drop, every QP is free at the end, and the host tool reported
+ok for every round. The last line is ``PASS`` or ``FAIL: reasons``; exit status 0 on PASS, 1 on
+FAIL, 2 for usage or set-up errors (no QEMU, the guest does not boot).
 """
 
 import argparse
-import io
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from pathlib import Path
 from roce_hw import proto
 
 __all__ = ["ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "OPS", "HOST_TOOL", "E2eRun",
-           "host_argv", "run_e2e", "check_frames", "report", "main"]
+           "host_argv", "rounds_of", "run_e2e", "check_frames", "report", "main"]
 
 ENGINE_MAC = "02:00:00:00:00:01"
 ENGINE_IP = "10.0.0.1"
@@ -50,6 +51,8 @@ GUEST_IP = "10.0.0.2"
 #: ``--ops`` names -> WR opcodes the generator sends.
 OPS = {"write": proto.WrOpcode.RDMA_WRITE, "write_imm": proto.WrOpcode.RDMA_WRITE_WITH_IMM,
        "send": proto.WrOpcode.SEND, "send_imm": proto.WrOpcode.SEND_WITH_IMM}
+_WRITES = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
+_IMMS = (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
 #: The host tool's module, run in the guest as ``python3 -m``.
 HOST_TOOL = "roce_hw.host"
 #: Engine cycles without any movement after which the simulation waits for the guest.
@@ -58,14 +61,29 @@ IDLE_CYCLES = 1000
 IDLE_WAIT = 0.05
 
 
-def host_argv(*, ops, length, count, period=0, reopen=True):
-    """The host tool command line run in the guest."""
-    argv = ["python3", "-m", HOST_TOOL, "--verbs", "rxe0", "--engine", ENGINE_IP,
-            "--ops", ",".join(ops), "--length", str(length), "--count", str(count),
-            "--period", str(period)]
+def host_argv(op, *, length, count, period=0, reopen=True, seed=None, timeout=10.0):
+    """The host tool command line run in the guest for one ``--ops`` entry: the verbs mode on
+    ``rxe0`` with ``--close`` (and ``--reopen``: close, re-open with new PSNs, traffic again),
+    the summary as JSON. ``timeout`` is its CM reply timeout per attempt (the simulation holds
+    wall-clock time while rxe answers, so it is generous)."""
+    w = OPS[op]
+    argv = ["python3", "-m", HOST_TOOL, "--verbs", "rxe0", "--engine-ip", ENGINE_IP,
+            "--length", str(length), "--count", str(count), "--period", str(period),
+            "--write" if w in _WRITES else "--send", "--close", "--json",
+            "--timeout", f"{timeout:g}", "--data-timeout", "600"]
+    if w in _IMMS:
+        argv.append("--imm")
     if reopen:
         argv.append("--reopen")
+    if seed is not None:
+        argv += ["--seed", str(seed)]
     return argv
+
+
+def rounds_of(ops, *, length, count, reopen=True):
+    """The connections a run makes, in order: ``(WrOpcode, length, count)`` each (two per
+    op with ``reopen``)."""
+    return [(OPS[op], length, count) for op in ops for _ in range(2 if reopen else 1)]
 
 
 @dataclass
@@ -73,8 +91,8 @@ class E2eRun:
     """Everything one run produced."""
     width: int
     model: bool
-    argv: list
-    tool: dict = field(default_factory=dict)        #: rc, stdout, stderr, seconds
+    argvs: list                                     #: host tool command lines, in order
+    tools: list = field(default_factory=list)       #: rc, stdout, stderr, seconds, summary
     counters: dict = field(default_factory=dict)
     qp_table: list = field(default_factory=list)
     checks: dict = field(default_factory=dict)      #: what check_frames found
@@ -143,40 +161,69 @@ def _run_sim(bridge, *, width, n_qp, finished, idle_cycles, progress):
     return sim.cycle, sim.counters, sim.qp_table
 
 
-class _ToolWatch:
-    """Is the guest program finished? Asks the agent at most every ``every`` seconds."""
+class _Programs:
+    """Runs the guest programs one after the other while the simulation goes on: the callable
+    says whether all have ended (the agent is asked at most every ``every`` seconds)."""
 
-    def __init__(self, vm, task, timeout, every=0.5):
-        self.vm, self.task, self.every = vm, task, every
-        self.deadline = time.monotonic() + timeout
-        self.result = None
+    def __init__(self, vm, argvs, timeout, progress, every=0.5):
+        self.vm, self.argvs, self.timeout, self.every = vm, list(argvs), timeout, every
+        self.progress = progress
+        self.results = []
+        self.task = None
         self._last = 0.0
+        self._next()
+
+    def _next(self):
+        argv = self.argvs[len(self.results)]
+        self.progress(f"guest: {' '.join(argv)}")
+        self.task = self.vm.spawn_program(argv, timeout=self.timeout)
+        self.deadline = time.monotonic() + self.timeout + 30
 
     def __call__(self):
-        if self.result is not None:
+        if len(self.results) == len(self.argvs):
             return True
         now = time.monotonic()
         if now - self._last < self.every:
             return False
         self._last = now
-        self.result = self.vm.program_result(self.task)
-        if self.result is None and now > self.deadline:
-            self.result = {"rc": None, "stdout": "", "stderr": "the host tool did not finish "
-                           "in time (killed with the guest)", "seconds": None}
-        return self.result is not None
+        res = self.vm.program_result(self.task)
+        if res is None and now > self.deadline:
+            res = {"rc": None, "stdout": "", "stderr": "did not finish in time", "seconds": None}
+        if res is None:
+            return False
+        res["summary"] = _summary(res.get("stdout") or "")
+        self.results.append(res)
+        self.progress(f"guest: exit {res['rc']} after {res.get('seconds') or 0:.1f} s")
+        if len(self.results) < len(self.argvs):
+            self._next()
+            return False
+        return True
+
+
+def _summary(stdout):
+    """The host tool's ``--json`` summary (its last line), or ``None``."""
+    import json
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        return doc if isinstance(doc, dict) else None
+    return None
 
 
 # -- checks ----------------------------------------------------------------------------------
-def check_frames(capture, *, ops, length, count):
+def check_frames(capture, rounds):
     """Frame-level checks of one run's capture (:attr:`sim.vm.RxeBridge.capture`): returns
     ``(facts, problems)``.
 
     * every CM reply to the guest is an ACK; the OPEN and MODIFY ACKs give each connection's
       engine start PSN (``loc_psn``) and the guest QPN (``rem_qpn``);
     * the engine's data frames of a connection have consecutive PSNs from that start; they form
-      messages (FIRST/MIDDLE/LAST or ONLY) of ``length`` bytes: message ``n`` of each generator
-      run has payload byte ``k`` = ``(k + n) & 0xFF``, immediate ``n`` (``*_WITH_IMM``), RETH
-      address base + ``n * length`` (WRITE), and the runs follow ``ops`` in order;
+      messages (FIRST/MIDDLE/LAST or ONLY): connection ``i`` carries ``rounds[i]`` =
+      ``(WrOpcode, length, count)``, ``count`` messages, message ``n`` with payload byte ``k`` =
+      ``(k + n) & 0xFF``, immediate ``n`` (``*_WITH_IMM``), RETH address base + ``n * length``
+      (WRITE);
     * rxe answered: no NAK, and an ACK at or after the last PSN of every connection.
     """
     from roce_hw.host import datagram as dg
@@ -210,9 +257,12 @@ def check_frames(capture, *, ops, length, count):
                                                           proto.CmReq.MODIFY_QP_RTS):
                         q = d["rem_qpn"]
                         if d["req_type"] == proto.CmReq.OPEN_QP or q not in cur:
+                            k = len(conns)
+                            op, length, count = rounds[k] if k < len(rounds) else (None, 0, 0)
                             cur[q] = {"guest_qpn": q, "engine_qpn": d["loc_qpn"],
                                       "start_psn": d["loc_psn"], "next_psn": d["loc_psn"],
-                                      "runs": [], "frames": 0, "last_ack": None}
+                                      "msgs": [], "frames": 0, "last_ack": None, "op": op,
+                                      "length": length, "count": count}
                             conns.append(cur[q])
                         else:
                             cur[q]["start_psn"] = cur[q]["next_psn"] = d["loc_psn"]
@@ -246,12 +296,10 @@ def check_frames(capture, *, ops, length, count):
                 op = next((w for w, seq in proto.WR_OPCODE_SEQUENCE.items()
                            if op5 in (seq[2], seq[3]) and (msg["ops"] in (seq[0], seq[3]))),
                           None)
-                runs = conn["runs"]
-                if not runs or runs[-1]["op"] != op or len(runs[-1]["msgs"]) >= count:
-                    runs.append({"op": op, "msgs": []})
-                n = len(runs[-1]["msgs"])
-                runs[-1]["msgs"].append(msg)
+                n = len(conn["msgs"])
+                conn["msgs"].append(op)
                 facts["messages"] += 1
+                length = conn["length"]
                 want = generator_payload(n, length)
                 if bytes(msg["payload"]) != want:
                     problems.append(f"QP {info.dest_qp} {getattr(op, 'name', op)} message {n}: "
@@ -274,71 +322,84 @@ def check_frames(capture, *, ops, length, count):
                 problems.append(f"rxe NAK syndrome {info.syndrome:#04x} PSN {info.psn:#08x}")
                 continue
             facts["acks"] += 1
-            for conn in conns:
+            for conn in reversed(conns):          # the newest connection of that engine QP
                 if conn["engine_qpn"] == info.dest_qp:
                     conn["last_ack"] = info.psn
-    want_ops = [OPS[o] for o in ops]
+                    break
     for conn in conns:
-        got_ops = [r["op"] for r in conn["runs"]]
-        sizes = [len(r["msgs"]) for r in conn["runs"]]
+        got = sorted(set(conn["msgs"]), key=lambda o: -1 if o is None else int(o))
+        names = [getattr(o, "name", str(o)) for o in got]
         facts["connections"].append({
             "guest_qpn": conn["guest_qpn"], "engine_qpn": conn["engine_qpn"],
             "start_psn": conn["start_psn"], "frames": conn["frames"],
-            "runs": [(getattr(o, "name", o), s) for o, s in zip(got_ops, sizes)],
-            "last_ack": conn["last_ack"]})
-        if got_ops != want_ops or sizes != [count] * len(want_ops):
-            problems.append(f"guest QP {conn['guest_qpn']}: generator runs "
-                            f"{[(getattr(o, 'name', o), s) for o, s in zip(got_ops, sizes)]}, "
-                            f"expected {[(o.name, count) for o in want_ops]}")
+            "messages": len(conn["msgs"]), "ops": names, "last_ack": conn["last_ack"]})
+        want = getattr(conn["op"], "name", None)
+        if conn["op"] is None:
+            problems.append(f"guest QP {conn['guest_qpn']}: a connection more than the "
+                            f"{len(rounds)} expected")
+        elif names != [want] or len(conn["msgs"]) != conn["count"]:
+            problems.append(f"guest QP {conn['guest_qpn']}: {len(conn['msgs'])} messages "
+                            f"{'/'.join(names) or ''}, expected {conn['count']} {want}")
         last = (conn["next_psn"] - 1) & proto.PSN_MASK
-        if conn["last_ack"] is None or ((conn["last_ack"] - last) & proto.PSN_MASK) >= 1 << 23:
+        if conn["frames"] and (conn["last_ack"] is None or
+                               ((conn["last_ack"] - last) & proto.PSN_MASK) >= 1 << 23):
             problems.append(f"guest QP {conn['guest_qpn']}: rxe did not ACK PSN {last:#08x}")
+    if len(conns) < len(rounds):
+        problems.append(f"{len(conns)} connections opened, {len(rounds)} expected")
     if facts["arp_replies"] == 0:
         problems.append("the engine sent no ARP reply (the guest has no static entry)")
-    if not conns:
-        problems.append("no connection was opened")
     return facts, problems
 
 
 # -- one run ---------------------------------------------------------------------------------
 def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, period=0,
-            n_qp=4, model=False, reopen=True, timeout=600.0, reply_timeout=5.0, progress=None,
-            argv=None):
+            n_qp=4, model=False, reopen=True, timeout=600.0, reply_timeout=5.0, seed=1,
+            progress=None, argvs=None, rounds=None):
     """One end-to-end run on the booted ``vm`` (booted with ``peer_mac=None`` and the
-    repository layer); returns an :class:`E2eRun`."""
+    repository layer): the host tool once per op of ``ops`` (:func:`host_argv`), one after the
+    other, against one simulated engine (or the model); returns an :class:`E2eRun`.
+    ``argvs``/``rounds`` replace the command lines and the expected connections."""
     from sim.vm import RxeBridge
     progress = progress or (lambda msg: None)
-    argv = argv or host_argv(ops=ops, length=length, count=count, period=period, reopen=reopen)
-    run = E2eRun(width=width, model=model, argv=argv, boot_seconds=vm.boot_seconds or 0.0)
+    if argvs is None:
+        argvs = [host_argv(op, length=length, count=count, period=period, reopen=reopen,
+                           seed=None if seed is None else seed + k)
+                 for k, op in enumerate(ops)]
+    if rounds is None:
+        rounds = rounds_of(ops, length=length, count=count, reopen=reopen)
+    run = E2eRun(width=width, model=model, argvs=argvs, boot_seconds=vm.boot_seconds or 0.0)
     counters0 = vm.call("counters")
     bridge = RxeBridge(vm, reply_timeout=reply_timeout)
     run.bridge = bridge
     vm.drain_frames()
     t0 = time.monotonic()
-    task = vm.spawn_program(argv, timeout=timeout)
-    watch = _ToolWatch(vm, task, timeout + 30)
-    progress(f"guest: {' '.join(argv)}")
+    programs = _Programs(vm, argvs, timeout, progress)
     if model:
         run.cycles, run.counters, run.qp_table = _run_model(
-            bridge, n_qp=n_qp, finished=watch, progress=progress)
+            bridge, n_qp=n_qp, finished=programs, progress=progress)
     else:
         run.cycles, run.counters, run.qp_table = _run_sim(
-            bridge, width=width, n_qp=n_qp, finished=watch,
+            bridge, width=width, n_qp=n_qp, finished=programs,
             idle_cycles=IDLE_CYCLES + 2 * period, progress=progress)
     bridge.flush(run.cycles)
     run.run_seconds = time.monotonic() - t0
     run.wait_seconds = bridge.wait_seconds
-    run.tool = watch.result
+    run.tools = programs.results
     counters1 = vm.call("counters")
     run.rxe_counters = {k: v - counters0.get(k, 0) for k, v in counters1.items()
                         if isinstance(v, int) and v != counters0.get(k, 0)}
-    run.checks, run.problems = check_frames(bridge.capture, ops=ops, length=length, count=count)
-    if run.tool.get("rc") != 0:
-        run.problems.insert(0, f"the host tool exited with status {run.tool.get('rc')}")
-    if reopen and len(run.checks["connections"]) < 2:
-        run.problems.append("no re-open: one connection only")
-    if reopen and len({c["start_psn"] for c in run.checks["connections"]}) < 2:
-        run.problems.append("the re-open did not use a new PSN")
+    run.checks, run.problems = check_frames(bridge.capture, rounds)
+    for k, t in enumerate(run.tools):
+        if t.get("rc") != 0:
+            run.problems.insert(k, f"host tool run {k + 1} exited with status {t.get('rc')}")
+        elif not (t.get("summary") or {}).get("ok"):
+            run.problems.insert(k, f"host tool run {k + 1} did not report ok")
+    conns = run.checks["connections"]
+    if reopen:
+        for a, b in zip(conns[0::2], conns[1::2]):
+            if a["start_psn"] == b["start_psn"]:
+                run.problems.append(f"the re-open of guest QP {b['guest_qpn']} did not use a "
+                                    f"new PSN")
     for name in ("duplicate_request", "out_of_seq_request", "rcvd_seq_err", "seq_naks"):
         if run.rxe_counters.get(name):
             run.problems.append(f"rxe counter {name} +{run.rxe_counters[name]}")
@@ -346,22 +407,41 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
     bad = {k: v for k, v in cm.items() if k != "ok" and v}
     if bad:
         run.problems.append(f"CM counters: {bad}")
+    rx = run.counters.get("rx", {})
+    bad = {k: v for k, v in rx.items() if v and k not in ("rx_frames", "arp", "cm", "roce",
+                                                            "other")}
+    if bad:
+        run.problems.append(f"RX front end dropped frames from the guest: {bad}")
     if any(r["state"] != proto.QPState.RESET for r in run.qp_table):
         run.problems.append("a QP is still open after the host tool closed it")
     return run
 
 
 def report(run, out=sys.stdout):
+    """Print what happened; the last line is ``PASS`` or ``FAIL: reasons``."""
     p = lambda *a: print(*a, file=out)   # noqa: E731
     p(f"engine: {'frame-level model' if run.model else f'RoceEngine at {run.width} bits'}; "
       f"guest boot {run.boot_seconds:.1f} s")
-    p(f"guest ran: {' '.join(run.argv)}  (exit {run.tool.get('rc')}, "
-      f"{run.tool.get('seconds') or 0:.1f} s)")
-    for line in (run.tool.get("stdout") or "").rstrip().splitlines():
-        p(f"  | {line}")
-    err = (run.tool.get("stderr") or "").rstrip().splitlines()
-    for line in err[-30:]:
-        p(f"  ! {line}")
+    for argv, t in zip(run.argvs, run.tools):
+        p(f"guest ran: {' '.join(argv)}  (exit {t.get('rc')}, {t.get('seconds') or 0:.1f} s)")
+        summary = t.get("summary")
+        if summary:
+            for r in summary.get("rounds", []):
+                mism = "not checked" if r.get("mismatches") is None else \
+                    f"{r['mismatches']} bytes differ"
+                p(f"  round {r['round']}: our QPN {r['qpn']} PSN {r['psn']:#08x} <-> engine QPN "
+                  f"{r['engine_qpn']} PSN {r['engine_psn']:#08x}: {r['opcode']} {r['count']} x "
+                  f"{r['length']} B, {r['completions']}/{r['expected_completions']} completions, "
+                  f"{r['bytes']} bytes, {r['immediates']} immediates, {mism}, {r['missing']} "
+                  f"missing -> {'OK' if r['ok'] else 'FAILED'}")
+                for e in r.get("errors", []):
+                    p(f"    {e}")
+            p(f"  steps: {' '.join(summary.get('steps', []))}")
+        else:
+            for line in (t.get("stdout") or "").rstrip().splitlines()[-30:]:
+                p(f"  | {line}")
+        for line in (t.get("stderr") or "").rstrip().splitlines()[-30:]:
+            p(f"  ! {line}")
     c = run.checks
     p(f"frames to the guest: {c.get('arp_replies', 0)} ARP replies, "
       f"{len(c.get('cm_replies', []))} CM replies "
@@ -369,11 +449,10 @@ def report(run, out=sys.stdout):
       f"{c.get('data_frames', 0)} data frames, {c.get('messages', 0)} messages; "
       f"from rxe: {c.get('acks', 0)} ACKs, {len(c.get('naks', []))} NAKs")
     for conn in c.get("connections", []):
-        runs = ", ".join(f"{o} x{n}" for o, n in conn["runs"]) or "no data"
         ack = "none" if conn["last_ack"] is None else f"{conn['last_ack']:#08x}"
         p(f"  connection: guest QP {conn['guest_qpn']} <-> engine QP {conn['engine_qpn']}, "
-          f"start PSN {conn['start_psn']:#08x}, {conn['frames']} frames ({runs}), "
-          f"last ACK {ack}")
+          f"start PSN {conn['start_psn']:#08x}, {conn['frames']} frames, {conn['messages']} "
+          f"messages {'/'.join(conn['ops']) or ''}, last ACK {ack}")
     if run.counters:
         flat = []
 
@@ -418,7 +497,9 @@ def main(argv=None):
     ap.add_argument("--pcap", metavar="OUT", default=None,
                     help="write every frame, both directions, with simulated-time stamps")
     ap.add_argument("--timeout", type=float, default=900.0,
-                    help="seconds the host tool may run (default %(default)s)")
+                    help="seconds each host tool run may take (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=1,
+                    help="seed of the host tool's random PSNs (default %(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = ap.parse_args(argv)
     if args.width not in DATA_WIDTHS:
@@ -443,7 +524,8 @@ def main(argv=None):
         with RxeVM(peer_mac=None, pylib=GUEST_PYTHON, log=log) as vm:
             run = run_e2e(vm, width=args.width, ops=ops, length=args.length, count=args.count,
                           period=args.period, n_qp=args.qps, model=args.model,
-                          reopen=not args.no_reopen, timeout=args.timeout, progress=log)
+                          reopen=not args.no_reopen, timeout=args.timeout, seed=args.seed,
+                          progress=log)
     except (GuestBuildError, VMError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -45,12 +45,13 @@ def _require_qemu():
 
 
 # -- check_frames on model-made captures (no guest) -----------------------------------------
-def _exchange(ops, length, count, psns, *, qpn0=0x11):
+def _exchange(conns, length, count, *, qpn0=0x11):
     """What the wire would carry between a well-behaved host and the model engine: one
-    connection per PSN in ``psns`` (OPEN, MODIFY, one generator start per op, CLOSE), an ACK
-    from the host for every AckReq frame."""
+    connection per ``(op, engine PSN)`` of ``conns`` (OPEN, MODIFY, the generator started,
+    CLOSE), an ACK from the host for every AckReq frame."""
     m = EngineModel(4, local_mac=MAC, local_ip=IP)
     cap = []
+    engine_qpn = [0]
 
     def host_sends(frame):
         cap.append(CapturedFrame("from_guest", len(cap), 0.0, frame))
@@ -68,8 +69,7 @@ def _exchange(ops, length, count, psns, *, qpn0=0x11):
     arp = (b"\xff" * 6 + GMAC.to_bytes(6, "big") + b"\x08\x06" +
            proto.ARP.pack({"oper": 1, "sha": GMAC, "spa": GIP, "tha": 0, "tpa": IP}))
     host_sends(arp)
-    engine_qpn = [0]
-    for i, psn in enumerate(psns):
+    for i, (op, psn) in enumerate(conns):
         qpn = qpn0 + i
 
         def cm(**fields):
@@ -81,30 +81,32 @@ def _exchange(ops, length, count, psns, *, qpn0=0x11):
         (rep,) = cm(valid=1, req_type=proto.CmReq.OPEN_QP, rem_psn=psn)
         engine_qpn[0] = dg.unpack(rep[42:106])["loc_qpn"]
         cm(valid=1, req_type=proto.CmReq.MODIFY_QP_RTS, rem_qpn=engine_qpn[0], rem_psn=psn)
-        for op in ops:
-            w = e2e.OPS[op]
-            write = w in (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
-            imm = w in (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
-            cm(valid=0, tx_valid=1, tx_start=1, tx_type=int(write), tx_immediate=int(imm),
-               rem_qpn=engine_qpn[0], tx_dma_length=length, tx_n_transfers=count)
+        w = e2e.OPS[op]
+        write = w in (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
+        imm = w in (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
+        cm(valid=0, tx_valid=1, tx_start=1, tx_type=int(write), tx_immediate=int(imm),
+           rem_qpn=engine_qpn[0], tx_dma_length=length, tx_n_transfers=count)
         cm(valid=1, req_type=proto.CmReq.CLOSE_QP, rem_qpn=engine_qpn[0])
     return cap
 
 
 OPS2 = ("write", "send_imm")
+CONNS = [("write", 0xFFFFFE), ("write", 0x1234), ("send_imm", 0x777777), ("send_imm", 5)]
+ROUNDS = e2e.rounds_of(OPS2, length=1500, count=3)
 
 
 def test_check_frames_passes_a_clean_exchange():
-    cap = _exchange(OPS2, 1500, 3, [0xFFFFFE, 0x1234])
-    facts, problems = e2e.check_frames(cap, ops=OPS2, length=1500, count=3)
+    cap = _exchange(CONNS, 1500, 3)
+    facts, problems = e2e.check_frames(cap, ROUNDS)
     assert problems == []
     assert facts["arp_replies"] == 1 and facts["messages"] == 12
-    assert facts["data_frames"] == 2 * (3 * 2 + 3 * 2)          # 1500 B at PMTU 1024: 2 each
-    assert [c["start_psn"] for c in facts["connections"]] == [0xFFFFFE, 0x1234]
-    assert [c["runs"] for c in facts["connections"]] == [[("RDMA_WRITE", 3),
-                                                         ("SEND_WITH_IMM", 3)]] * 2
-    assert [n for n, _ in facts["cm_replies"]] == ["OPEN_QP", "MODIFY_QP_RTS", "START", "START",
-                                                   "CLOSE_QP"] * 2
+    assert facts["data_frames"] == 4 * 3 * 2                    # 1500 B at PMTU 1024: 2 each
+    assert [c["start_psn"] for c in facts["connections"]] == [psn for _, psn in CONNS]
+    assert [c["ops"] for c in facts["connections"]] == [["RDMA_WRITE"]] * 2 + \
+        [["SEND_WITH_IMM"]] * 2
+    assert [n for n, _ in facts["cm_replies"]] == ["OPEN_QP", "MODIFY_QP_RTS", "START",
+                                                   "CLOSE_QP"] * 4
+    assert all(a == "ACK" for _, a in facts["cm_replies"])
 
 
 def _spoil(cap, pick, change):
@@ -120,28 +122,38 @@ def _data(c):
 
 
 def test_check_frames_finds_what_is_wrong():
-    cap = _exchange(OPS2, 1500, 3, [0xFFFFFE, 0x1234])
+    cap = _exchange(CONNS, 1500, 3)
 
     def flip(pos):
         return lambda f: f[:pos] + bytes([f[pos] ^ 1]) + f[pos + 1:]
 
-    def problems(c, **kw):
-        return e2e.check_frames(c, **{"ops": OPS2, "length": 1500, "count": 3, **kw})[1]
+    def problems(c, rounds=ROUNDS):
+        return e2e.check_frames(c, rounds)[1]
 
+    assert problems(cap) == []
     # a payload byte of the first data frame
     assert any("payload differs" in p for p in problems(_spoil(cap, _data, flip(-10))))
     # a NAK from rxe instead of an ACK
     nak = _spoil(cap, lambda c: c.direction == "from_guest" and parse_roce(c.data) is not None,
                  lambda f: f[:54] + bytes([0x60]) + f[55:])
     assert any("NAK" in p for p in problems(nak))
-    # a frame lost on the way (PSN gap), no ARP reply, other expectations
-    lost = [c for c in cap if c is not next(x for x in cap if _data(x))]
-    assert any("PSN" in p for p in problems(lost))
+    # a frame lost on the way (PSN gap), no ARP reply, no ACK at the end
+    first = next(x for x in cap if _data(x))
+    assert any("PSN" in p for p in problems([c for c in cap if c is not first]))
     no_arp = [c for c in cap if not (c.direction == "to_guest" and c.data[12:14] == b"\x08\x06")]
     assert any("ARP" in p for p in problems(no_arp))
-    assert any("generator runs" in p for p in problems(cap, count=4))
-    assert any("generator runs" in p for p in problems(cap, ops=("write", "send")))
-    assert any("payload differs" in p for p in problems(cap, length=1499))
+    last_ack = max(i for i, c in enumerate(cap) if c.direction == "from_guest"
+                   and parse_roce(c.data) is not None)
+    assert any("did not ACK" in p for p in problems(cap[:last_ack] + cap[last_ack + 1:]))
+    # other expectations than what happened
+    assert any("expected 4" in p for p in problems(cap, e2e.rounds_of(OPS2, length=1500,
+                                                                      count=4)))
+    assert any("expected 3 SEND" in p for p in problems(cap, e2e.rounds_of(
+        ("write", "send"), length=1500, count=3)))
+    assert any("payload differs" in p for p in problems(cap, e2e.rounds_of(
+        OPS2, length=1499, count=3)))
+    assert any("connections opened" in p for p in problems(cap, ROUNDS + ROUNDS[:1]))
+    assert any("more than" in p for p in problems(cap, ROUNDS[:3]))
 
 
 # -- the guest ---------------------------------------------------------------------------
@@ -161,9 +173,10 @@ def _assert_pass(run):
     text = out.getvalue()
     assert run.ok, text
     assert text.splitlines()[-1] == "PASS", text
-    assert run.tool["rc"] == 0, text
+    assert [t["rc"] for t in run.tools] == [0] * len(run.argvs), text
     conns = run.checks["connections"]
-    assert len(conns) == 2 and conns[0]["start_psn"] != conns[1]["start_psn"], text
+    assert len(conns) == 2 * len(run.argvs), text
+    assert all(a["start_psn"] != b["start_psn"] for a, b in zip(conns[0::2], conns[1::2])), text
     assert all(c["frames"] > 0 for c in conns) and not run.checks["naks"], text
     return text
 
