@@ -56,7 +56,7 @@ _IMMS = (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
 #: The host tool's module, run in the guest as ``python3 -m``.
 HOST_TOOL = "roce_hw.host"
 #: Engine cycles without any movement after which the simulation waits for the guest.
-IDLE_CYCLES = 1000
+IDLE_CYCLES = 300
 #: Wall-clock seconds per wait for a guest frame while the engine is idle.
 IDLE_WAIT = 0.05
 
