@@ -156,6 +156,84 @@ def test_check_frames_finds_what_is_wrong():
     assert any("more than" in p for p in problems(cap, ROUNDS[:3]))
 
 
+# -- the repository layer of the guest (no guest) -------------------------------------------
+def _unpack_newc(path, dest):
+    """Extract a ``newc`` cpio archive (regular files and directories) under ``dest``;
+    returns the names in archive order (an independent reader of the format)."""
+    import stat
+    data, pos, names = path.read_bytes(), 0, []
+    while True:
+        hdr = data[pos:pos + 110]
+        assert hdr[:6] == b"070701", hdr[:6]
+        f = [int(hdr[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = f[1], f[6], f[11]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        pos += 110 + namesize
+        pos += -pos % 4
+        body = data[pos:pos + size]
+        pos += size + (-size % 4)
+        if name == "TRAILER!!!":
+            return names
+        names.append(name)
+        target = dest / name
+        if stat.S_ISDIR(mode):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            assert target.parent.is_dir(), f"{name}: parent directory not in the archive"
+            target.write_bytes(body)
+
+
+def test_guest_layer_runs_the_host_tool_without_site_packages(tmp_path):
+    """The layer holds what ``python -m roce_hw.host`` needs: extracted, it runs with the
+    standard library only (``python -S``: no Amaranth, no scapy), as in the guest."""
+    from sim.guest import GUEST_PYTHON, PYLIB, write_python_layer
+    key, files = write_python_layer(tmp_path / "layer.cpio", GUEST_PYTHON)
+    assert {"roce_hw/host/__main__.py", "roce_hw/host/verbs.py", "roce_hw/proto.py",
+            "roce_hw/model/cm.py"} <= set(files)
+    assert not any(f.startswith(("roce_hw/tx/", "roce_hw/lib/", "roce_hw/rx/")) for f in files)
+    names = _unpack_newc(tmp_path / "layer.cpio", tmp_path / "root")
+    top = PYLIB.strip("/")
+    assert names[0] == top and {f"{top}/{f}" for f in files} <= set(names)
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "root" / top)}
+    r = subprocess.run([sys.executable, "-S", "-m", "roce_hw.host", "--help"], env=env,
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "verbs" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-S", "-c", "import roce_hw.host.verbs, amaranth"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "No module named 'amaranth'" in r.stderr          # it really ran without it
+
+
+def test_guest_layer_closure_rules(tmp_path):
+    """Module-level imports are followed and checked; lazy ones are not; the key follows the
+    contents."""
+    from sim.guest import GuestBuildError, python_closure, write_python_layer
+    pkg = tmp_path / "pkg"
+    (pkg / "tool").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("import json\n")
+    (pkg / "hw.py").write_text("from amaranth import Signal\n")
+    (pkg / "tool" / "__init__.py").write_text("from .. import base\n")
+    (pkg / "tool" / "__main__.py").write_text("def f():\n    from .. import hw\n")
+    got = [rel for rel, _ in python_closure(("pkg.tool",), root=tmp_path)]
+    assert got == ["pkg/__init__.py", "pkg/base.py", "pkg/tool/__init__.py",
+                   "pkg/tool/__main__.py"]
+    key1, _ = write_python_layer(tmp_path / "a.cpio", ("pkg.tool",), root=tmp_path)
+    (pkg / "base.py").write_text("import json\nX = 1\n")
+    key2, _ = write_python_layer(tmp_path / "b.cpio", ("pkg.tool",), root=tmp_path)
+    assert key1 != key2
+    (pkg / "tool" / "__main__.py").write_text("from .. import hw\n")
+    with pytest.raises(GuestBuildError, match="hw.py imports Amaranth"):
+        python_closure(("pkg.tool",), root=tmp_path)
+    (pkg / "tool" / "__main__.py").write_text("import numpy\n")
+    with pytest.raises(GuestBuildError, match="numpy"):
+        python_closure(("pkg.tool",), root=tmp_path)
+    (pkg / "tool" / "__main__.py").write_text("from ..missing import x\n")
+    with pytest.raises(GuestBuildError, match="pkg.missing"):
+        python_closure(("pkg.tool",), root=tmp_path)
+    with pytest.raises(GuestBuildError, match="pkg.nothing"):
+        python_closure(("pkg.nothing",), root=tmp_path)
+
+
 # -- the guest ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vm():
