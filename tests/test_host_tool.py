@@ -89,7 +89,7 @@ def test_full_cycle_in_process(capsys, engine):
     code, out, _ = run(capsys, sub_cmd("start", engine, "--engine-qpn", "256", "--length",
                                        "4096", "--count", "3", "--period", "10", "--send",
                                        "--imm"))
-    assert code == 0 and "start: ACK" in out
+    assert code == 0 and "start: ACK" in out and "request: txmeta (valid 0" in out
     assert "txmeta: valid 1 start 1 immediate 1 type 0 (SEND)" in out
     assert "length 4096 count 3 period 10" in out
     (gen,) = starts
@@ -557,6 +557,14 @@ def test_verbs_command_line_with_a_fake_backend(capsys, engine):
                                   "--length", "16", "--data-timeout", "0.2", "--close"],
                          backend_factory=lambda d, p: engine_noop)
     assert code == 1 and "FAILED" in out and "2 missing" in out
+    # a failing verbs call: exit 2 and an error line, no traceback
+    class Broken(FakeVerbs):
+        def to_rtr(self, **kw):
+            raise RuntimeError("Failed to modify QP state to RTR. Errno: 110")
+    code, out, err = run(capsys, ["verbs", "rxe0", *common(engine.port)],
+                         backend_factory=lambda d, p: Broken())
+    assert code == 2 and err == "error: RuntimeError: Failed to modify QP state to RTR. " \
+        "Errno: 110\n"
     # an engine that refuses: exit 1 and an error line
     code, out, err = run(capsys, ["verbs", "rxe0", *common(engine.port), "--engine-qpn", "999"],
                          backend_factory=factory)

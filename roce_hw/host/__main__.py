@@ -240,6 +240,7 @@ def _request(args, client):
 
 def _verbs(args, client, backend_factory):
     from . import verbs
+    from .client import NoReply
     traffic = verbs.Traffic(length=args.length, count=args.count, period=args.period,
                             write=args.write, imm=args.imm)
     backend = backend_factory(args.device, args.port)
@@ -250,6 +251,10 @@ def _verbs(args, client, backend_factory):
             data_timeout=args.data_timeout, rng=random.Random(args.seed),
             log=(lambda m: None) if args.json else (lambda m: print(f"  .. {m}", flush=True)))
         result = session.run(close=args.close, reopen=args.reopen)
+    except (NoReply, verbs.VerbsError):
+        raise
+    except Exception as exc:           # pyverbs reports failed verbs calls as exceptions
+        raise verbs.VerbsError(f"{type(exc).__name__}: {exc}") from None
     finally:
         close = getattr(backend, "close", None)
         if close is not None:

@@ -110,7 +110,8 @@ def format_reply(fields):
     """Lines of text describing a datagram: the ack code by name, every field, IPs dotted."""
     d = decode(fields)
     lines = [f"ack: {d['ack'] if d['ack'] is not None else '(none: ack_valid = 0)'}",
-             f"request: {d['req']} (valid {d['valid']}, req_type {d['req_type']})"]
+             f"request: {d['req'] if d['valid'] or not d['tx_valid'] else 'txmeta'} "
+             f"(valid {d['valid']}, req_type {d['req_type']}, tx_valid {d['tx_valid']})"]
     for k in FIELDS:
         if k in ("valid", "req_type", "ack_valid", "ack_type") or k.startswith("tx_"):
             continue

@@ -568,12 +568,10 @@ class PyverbsBackend:
 
     def post_recv(self, wr_id, offset, length):
         from pyverbs.wr import SGE, RecvWR
-        if length:
-            wr = RecvWR(wr_id=wr_id, num_sge=1,
-                        sg=[SGE(self.mr.buf + offset, length, self.mr.lkey)])
-        else:
-            wr = RecvWR(wr_id=wr_id, num_sge=0)
-        self.qp.post_recv(wr)
+        # pyverbs' RecvWR needs a scatter entry: a 1-byte one where no data is expected
+        # (RDMA WRITE with immediate places its data by the RETH, a 0-byte SEND none)
+        sge = SGE(self.mr.buf + offset, max(1, length), self.mr.lkey)
+        self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[sge]))
 
     def poll(self, max_entries):
         n, wcs = self.cq.poll(num_entries=max_entries)
