@@ -569,3 +569,192 @@ def test_verbs_command_line_with_a_fake_backend(capsys, engine):
     code, out, err = run(capsys, ["verbs", "rxe0", *common(engine.port), "--engine-qpn", "999"],
                          backend_factory=factory)
     assert code == 1 and "error: OPEN_QP refused by the engine: NAK" in err
+
+
+# --- the thin pyverbs layer against stubs with pyverbs' signatures --------------------------------
+
+def _stub_pyverbs(monkeypatch, calls):
+    """Install stand-in ``pyverbs`` modules whose constructors take the keyword arguments of
+    rdma-core's pyverbs (qp.pyx, cq.pyx, mr.pyx, addr.pyx, wr.pyx, device.pyx) and record every
+    call in ``calls``; the enum values are libibverbs' (verbs.h)."""
+    import types
+    mods = {n: types.ModuleType(n) for n in ("pyverbs", "pyverbs.enums", "pyverbs.device",
+                                             "pyverbs.pd", "pyverbs.cq", "pyverbs.mr",
+                                             "pyverbs.qp", "pyverbs.addr", "pyverbs.wr")}
+    e = mods["pyverbs.enums"]
+    for name, value in dict(
+            IBV_QP_STATE=1 << 0, IBV_QP_ACCESS_FLAGS=1 << 3, IBV_QP_PKEY_INDEX=1 << 4,
+            IBV_QP_PORT=1 << 5, IBV_QP_AV=1 << 7, IBV_QP_PATH_MTU=1 << 8, IBV_QP_TIMEOUT=1 << 9,
+            IBV_QP_RETRY_CNT=1 << 10, IBV_QP_RNR_RETRY=1 << 11, IBV_QP_RQ_PSN=1 << 12,
+            IBV_QP_MAX_QP_RD_ATOMIC=1 << 13, IBV_QP_MIN_RNR_TIMER=1 << 15,
+            IBV_QP_SQ_PSN=1 << 16, IBV_QP_MAX_DEST_RD_ATOMIC=1 << 17, IBV_QP_DEST_QPN=1 << 20,
+            IBV_QPS_RESET=0, IBV_QPS_INIT=1, IBV_QPS_RTR=2, IBV_QPS_RTS=3, IBV_QPT_RC=2,
+            IBV_ACCESS_LOCAL_WRITE=1, IBV_ACCESS_REMOTE_WRITE=2, IBV_WC_WITH_IMM=2).items():
+        setattr(e, name, value)
+
+    class Obj:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+            calls.append((type(self).__name__, kw))
+
+        def close(self):
+            calls.append((type(self).__name__ + ".close", {}))
+
+    class Context(Obj):
+        def __init__(self, *, name):
+            super().__init__(name=name)
+
+        def query_port(self, port_num):
+            return types.SimpleNamespace(gid_tbl_len=3)
+
+        def query_gid(self, port_num, index):
+            return ["fe80:0000:0000:0000:0000:0000:0000:0001",
+                    "0000:0000:0000:0000:0000:ffff:7f00:0001",
+                    "0000:0000:0000:0000:0000:0000:0000:0000"][index]
+
+        def query_device(self):
+            return types.SimpleNamespace(max_qp_wr=16384)
+
+    class PD(Obj):
+        def __init__(self, context):
+            super().__init__(context=context)
+
+    class CQ(Obj):
+        def __init__(self, context, cqe, cq_context=None, channel=None, comp_vector=0):
+            super().__init__(context=context, cqe=cqe)
+            self.wcs = []
+
+        def poll(self, num_entries=1):
+            out, self.wcs = self.wcs[:num_entries], self.wcs[num_entries:]
+            return len(out), out
+
+    class MR(Obj):
+        def __init__(self, creator, length, access, address=None, implicit=False, **kw):
+            super().__init__(length=length, access=access)
+            self.buf, self.rkey, self.lkey = 0x7F00_0000_0000, 0x55, 0x66
+            self.data = bytearray(length)
+
+        def write(self, data, length, offset=0):
+            self.data[offset:offset + length] = data[:length]
+
+        def read(self, length, offset):
+            return bytes(self.data[offset:offset + length])
+
+    class QPCap(Obj):
+        def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1,
+                     max_inline_data=0):
+            super().__init__(max_send_wr=max_send_wr, max_recv_wr=max_recv_wr,
+                             max_send_sge=max_send_sge, max_recv_sge=max_recv_sge)
+
+    class QPInitAttr(Obj):
+        def __init__(self, qp_type=4, qp_context=None, scq=None, rcq=None, srq=None, cap=None,
+                     sq_sig_all=1):
+            super().__init__(qp_type=qp_type, scq=scq, rcq=rcq, cap=cap, sq_sig_all=sq_sig_all)
+
+    class QPAttr:
+        def __init__(self, qp_state=1, cur_qp_state=0, port_num=1, path_mtu=3):
+            self.qp_state = qp_state
+
+    class QP(Obj):
+        def __init__(self, creator, init_attr, qp_attr=None):
+            super().__init__(init_attr=init_attr)
+            self.qp_num = 0x77
+
+        def modify(self, qp_attr, comp_mask):
+            calls.append(("modify", dict(vars(qp_attr), mask=comp_mask)))
+
+        def post_recv(self, wr, bad_wr=None):
+            calls.append(("post_recv", vars(wr)))
+
+    class GID(Obj):
+        def __init__(self, val=None):
+            super().__init__(val=val)
+
+    class GlobalRoute(Obj):
+        def __init__(self, dgid=None, flow_label=0, sgid_index=0, hop_limit=1,
+                     traffic_class=0):
+            super().__init__(dgid=dgid, sgid_index=sgid_index, hop_limit=hop_limit)
+
+    class AHAttr(Obj):
+        def __init__(self, dlid=0, sl=0, src_path_bits=0, static_rate=0, is_global=0,
+                     port_num=1, gr=None):
+            super().__init__(is_global=is_global, port_num=port_num, gr=gr)
+
+    class SGE(Obj):
+        def __init__(self, addr, length, lkey):
+            super().__init__(addr=addr, length=length, lkey=lkey)
+
+    class RecvWR:
+        def __init__(self, wr_id=0, num_sge=0, sg=None, next_wr=None):
+            if num_sge < 1 or sg is None:
+                raise ValueError("A WR needs at least one SGE")
+            self.wr_id, self.num_sge, self.sg = wr_id, num_sge, sg
+
+    for mod, names in (("pyverbs.device", (Context,)), ("pyverbs.pd", (PD,)),
+                       ("pyverbs.cq", (CQ,)), ("pyverbs.mr", (MR,)),
+                       ("pyverbs.qp", (QP, QPCap, QPInitAttr, QPAttr)),
+                       ("pyverbs.addr", (GID, GlobalRoute, AHAttr)),
+                       ("pyverbs.wr", (SGE, RecvWR))):
+        for cls in names:
+            setattr(mods[mod], cls.__name__, cls)
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    mods["pyverbs"].enums = e
+    return mods
+
+
+def test_pyverbs_backend_calls(monkeypatch):
+    calls = []
+    mods = _stub_pyverbs(monkeypatch, calls)
+    b = verbs.PyverbsBackend("stub_rxe_none", 1)       # no sysfs entry: query_gid is used
+    e = mods["pyverbs.enums"]
+    table = b.gid_table()
+    assert [g["index"] for g in table] == [0, 1] and all(g["type"] == "" for g in table)
+    assert verbs.choose_gid_index(table, LOCAL) == 1
+    assert b.max_recv() == 16384
+    res = b.create(8192, 5)
+    assert res == {"qpn": 0x77, "rkey": 0x55, "addr": 0x7F00_0000_0000}
+    kinds = dict((name, kw) for name, kw in calls)
+    assert kinds["MR"] == {"length": 8192, "access": 3}
+    assert kinds["QPCap"]["max_recv_wr"] == 5 and kinds["QPInitAttr"]["qp_type"] == 2
+    assert kinds["QPInitAttr"]["sq_sig_all"] == 0 and kinds["CQ"]["cqe"] >= 5
+    b.write(10, b"abc")
+    assert b.read(9, 5) == b"\0abc\0" and b.read(0, 0) == b""
+    calls.clear()
+    b.to_init()
+    b.post_recv(3, 300, 100)
+    b.post_recv(4, 0, 0)
+    b.to_rtr(dest_qpn=256, rq_psn=0x123, path_mtu=3, dgid=verbs.ipv4_gid("10.0.0.1"),
+             sgid_index=1)
+    b.to_rts(sq_psn=0x456)
+    b.to_reset()
+    mods_ = [kw for name, kw in calls if name == "modify"]
+    assert [m["qp_state"] for m in mods_] == [1, 2, 3, 0]
+    init, rtr, rts, reset = mods_
+    assert init["mask"] == e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | \
+        e.IBV_QP_ACCESS_FLAGS
+    assert init["qp_access_flags"] == 3 and init["port_num"] == 1
+    assert rtr["mask"] == e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | \
+        e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | \
+        e.IBV_QP_MIN_RNR_TIMER
+    assert (rtr["dest_qp_num"], rtr["rq_psn"], rtr["path_mtu"]) == (256, 0x123, 3)
+    ah = rtr["ah_attr"]
+    assert ah.is_global == 1 and ah.port_num == 1 and ah.gr.sgid_index == 1
+    assert ah.gr.dgid.val == "0000:0000:0000:0000:0000:ffff:0a00:0001"
+    assert rts["mask"] == e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | \
+        e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC
+    assert rts["sq_psn"] == 0x456 and reset["mask"] == e.IBV_QP_STATE
+    posts = [kw for name, kw in calls if name == "post_recv"]
+    assert [(p["wr_id"], p["sg"][0].addr - 0x7F00_0000_0000, p["sg"][0].length) for p in posts] \
+        == [(3, 300, 100), (4, 0, 1)]
+    import types
+    b.cq.wcs = [types.SimpleNamespace(wr_id=1, status=0, opcode=129, byte_len=64, wc_flags=2,
+                                      imm_data=socket.htonl(7)),
+                types.SimpleNamespace(wr_id=2, status=5, opcode=128, byte_len=0, wc_flags=0,
+                                      imm_data=0)]
+    assert b.poll(64) == [
+        {"wr_id": 1, "status": 0, "opcode": "RECV_RDMA_WITH_IMM", "byte_len": 64, "imm": 7},
+        {"wr_id": 2, "status": 5, "opcode": "RECV", "byte_len": 0, "imm": None}]
+    b.close()
+    assert [n for n, _ in calls if n.endswith(".close")] == \
+        ["QP.close", "MR.close", "CQ.close", "PD.close", "Context.close"]
