@@ -22,14 +22,15 @@ Every frame the engine puts on ``tx`` (data frames, CM replies, ARP replies) is 
 ``--other`` also writes the frames that left on ``rx_other``. The simulation ends when all input
 frames are in and the outputs have been quiet for ``--drain`` cycles (default: 2000, or twice
 the longest generator period asked for by a txmeta datagram in the input, plus 2000), or at
-``--max-cycles``. Then the final QP table is read through the management port (every row,
-every field of :data:`roce_hw.proto.QP_CONTEXT_FIELDS` by name, integers) and written with all
-counters (:func:`roce_hw.engine.engine_counters_layout`, nested by block) to ``--json``.
+``--max-cycles`` (a frame being fed in is finished first). Then the final QP table is read
+through the management port (every row, every field of :data:`roce_hw.proto.QP_CONTEXT_FIELDS`
+by name, integers) and written with all counters (:func:`roce_hw.engine.engine_counters_layout`,
+nested by block: ``tx``, ``rx``, ``cm``) and the refused-WR reports to ``--json``.
 
 ``--model`` runs :class:`EngineModel` (this module's frame-level Python model: the RX front end
 of :mod:`roce_hw.model.rx`, ARP, the CM of :mod:`roce_hw.model.cm`, the generator on
-:class:`roce_hw.model.requester.RequesterModel`)
-instead of the hardware: the oracle the hardware's output is compared with, and quick to run.
+:class:`roce_hw.model.requester.RequesterModel`) instead of the hardware: the oracle the
+hardware's output is compared with, and quick to run (its frames are stamped 1 us apart).
 
 Exit status: 0 done; 1 stopped at ``--max-cycles`` before the outputs were quiet; 2 bad
 arguments or an unreadable capture (one line on stderr).

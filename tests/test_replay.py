@@ -377,3 +377,17 @@ def test_hardware_replay_spacing(capture):
     assert gapped["cycles"] > fast["cycles"]
     timed = _check_hardware(capture, 64, "--timing", "capture")
     assert timed["qp_table"] == fast["qp_table"]
+
+
+def test_hardware_replay_stops_at_the_cycle_limit(tmp_path, capture):
+    d, _ = capture
+    r = subprocess.run([sys.executable, "-m", "sim.replay", "--width", "64", "--qps", "2",
+                        "--mac", ENGINE_MAC, "--ip", ENGINE_IP, "--rx", str(d / "in.pcap"),
+                        "--tx", str(tmp_path / "o.pcap"), "--json", str(tmp_path / "s.json"),
+                        "--max-cycles", "40", "--quiet"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.strip().endswith("stopped: limit")
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["stopped"] == "limit" and len(doc["qp_table"]) == 2
+    assert 40 <= doc["cycles"] < 40 + 14          # a frame being fed is finished first
