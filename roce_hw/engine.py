@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""The whole RoCEv2 engine: TX datapath, RX front end, connection manager, ARP, traffic
+generator, sharing one MAC."""
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import check_config
+from .lib.arbiter import FrameArbiter
+from .lib.reqrsp import RequestArbiter
+from .lib.stream import PacketSignature, frame_layout
+from .qp_state import mgmt_req_layout, mgmt_rsp_layout
+from .rx.cm import CmResponder, cm_counters_layout
+from .rx.frontend import RxFrontEnd, rx_counters_layout
+from .tx.engine import TxEngine
+from .tx.generator import TrafficGenerator
+from .tx.reply import ReplyBuilder
+from .tx.wrmux import WrMux
+from .verbs import resume_layout, status_layout, wr_layout
+
+__all__ = ["tx_counters_layout", "engine_counters_layout", "RoceEngine"]
+
+
+def tx_counters_layout():
+    """The TX engine's counters (see :class:`~roce_hw.tx.engine.TxEngine`) and the generator's."""
+    return data.StructLayout({"frames": 32, "frames_aborted": 32, "wrs_refused": 32,
+                              "status_dropped": 16, "gen_sent": 32})
+
+
+def engine_counters_layout():
+    """Every counter of :class:`RoceEngine`: ``tx``, ``rx`` (the RX front end's, by reason) and
+    ``cm`` (the connection manager's, by reason)."""
+    return data.StructLayout({"tx": tx_counters_layout(), "rx": rx_counters_layout(),
+                              "cm": cm_counters_layout()})
+
+
+class RoceEngine(wiring.Component):
+    """A RoCEv2 RC requester with its own receive path and connection manager.
+
+    Blocks and how they meet:
+
+    * :class:`~roce_hw.rx.frontend.RxFrontEnd` checks and classifies every received frame:
+      ARP requests for ``local_ip``, CM datagrams (UDP 0x4321), RoCEv2 frames (UDP 4791, good
+      iCRC) and the rest, which leaves untouched on ``rx_other`` (or is dropped and counted
+      when ``config.rx_other`` is False).
+    * :class:`~roce_hw.rx.cm.CmResponder` serves the CM datagrams (PROTOCOL.md §7; the behaviour
+      is :mod:`roce_hw.model.cm`'s) through the QP table's management port, which it shares
+      with the user's ``qp_mgmt_req``/``qp_mgmt_rsp`` (:class:`~roce_hw.lib.reqrsp.RequestArbiter`,
+      round robin, one request outstanding), and starts/stops the traffic generator.
+    * :class:`~roce_hw.tx.reply.ReplyBuilder` builds the ARP and CM reply frames.
+    * :class:`~roce_hw.tx.generator.TrafficGenerator` posts WRs and their payload on an RTS QP
+      when a txmeta datagram asks; :class:`~roce_hw.tx.wrmux.WrMux` merges them with the user's
+      ``wr``/``i`` (round robin per WR).
+    * :class:`~roce_hw.tx.engine.TxEngine` sends; :class:`~roce_hw.lib.arbiter.FrameArbiter`
+      merges its frames with the reply frames at frame boundaries onto ``tx`` (a reply delays a
+      data frame by at most one reply frame, 60-106 bytes).
+    * Received RoCEv2 frames (ACKs) are checked and counted; acting on them is the reliability
+      issue's work.
+
+    Latencies are those of the blocks: WR -> first beat on ``tx`` as
+    :attr:`TxEngine.latency <roce_hw.tx.engine.TxEngine.latency>` plus the WR mux and frame
+    arbiter stages; CM datagram -> reply some tens of cycles (OPEN_QP without a QP number
+    about ``4 * n_qp`` more: it reads the table).
+
+    Members
+    -------
+    rx : ``In(stream.Signature(frame_layout(W)))``
+        Frames from the MAC (``abort`` = bad frame); ``rx.ready`` is constant 1.
+    tx : ``Out(stream.Signature(frame_layout(W)))``
+        Frames to the MAC: data, CM replies, ARP replies (``abort`` on a frame to discard).
+    rx_other : ``Out(stream.Signature(frame_layout(W)))`` (``config.rx_other`` only)
+        Received frames not for the engine, unchanged.
+    wr, resume, i, status : as :class:`~roce_hw.tx.engine.TxEngine`'s
+        The user's work requests (merged with the generator's), resumes, payload, reports.
+    qp_mgmt_req, qp_mgmt_rsp : as :class:`~roce_hw.tx.engine.TxEngine`'s
+        The user's management port of the QP table (shared with the CM).
+    local_mac : ``In(48)``, local_ip : ``In(32)``
+        The engine's addresses (static).
+    ip_id_load : as :class:`~roce_hw.tx.engine.TxEngine`'s
+    counters : ``Out(engine_counters_layout())``
+    """
+
+    def __init__(self, config):
+        self._config = cfg = check_config(config)
+        w = cfg.data_width
+        members = {
+            "rx": In(stream.Signature(frame_layout(w))),
+            "tx": Out(stream.Signature(frame_layout(w))),
+            "wr": In(stream.Signature(wr_layout(cfg))),
+            "resume": In(stream.Signature(resume_layout(cfg))),
+            "i": In(PacketSignature(w)),
+            "status": Out(stream.Signature(status_layout(cfg))),
+            "qp_mgmt_req": In(stream.Signature(mgmt_req_layout(cfg.n_qp))),
+            "qp_mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(cfg.n_qp))),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
+            "counters": Out(engine_counters_layout()),
+        }
+        if cfg.rx_other:
+            members["rx_other"] = Out(stream.Signature(frame_layout(w)))
+        super().__init__(members)
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        m.submodules.tx_engine = txe = TxEngine(cfg)
+        m.submodules.rx_front = rxf = RxFrontEnd(cfg, rx_other=cfg.rx_other)
+        m.submodules.cm = cm = CmResponder(cfg)
+        m.submodules.reply = rb = ReplyBuilder(cfg)
+        m.submodules.generator = gen = TrafficGenerator(cfg)
+        m.submodules.wr_mux = mux = WrMux(cfg)
+        m.submodules.tx_arb = arb = FrameArbiter(cfg.data_width, 2)
+        m.submodules.mgmt_arb = marb = RequestArbiter(mgmt_req_layout(cfg.n_qp),
+                                                       mgmt_rsp_layout(cfg.n_qp), 2)
+
+        # receive side
+        wiring.connect(m, wiring.flipped(self.rx), rxf.i)
+        if cfg.rx_other:
+            wiring.connect(m, rxf.other, wiring.flipped(self.rx_other))
+        m.d.comb += rxf.roce.ready.eq(1)       # counted; the ACK path is a later issue's
+        wiring.connect(m, rxf.cm, cm.req)
+        m.d.comb += [
+            rb.arp.valid.eq(rxf.arp.valid), rxf.arp.ready.eq(rb.arp.ready),
+            rb.arp.payload.sha.eq(rxf.arp.payload.sha), rb.arp.payload.spa.eq(rxf.arp.payload.spa),
+        ]
+        wiring.connect(m, cm.reply, rb.cm)
+
+        # management: user (0) and CM (1) share the table's port
+        wiring.connect(m, wiring.flipped(self.qp_mgmt_req), marb.s0_req)
+        wiring.connect(m, marb.s0_rsp, wiring.flipped(self.qp_mgmt_rsp))
+        wiring.connect(m, cm.mgmt_req, marb.s1_req)
+        wiring.connect(m, marb.s1_rsp, cm.mgmt_rsp)
+        wiring.connect(m, marb.m_req, txe.qp_mgmt_req)
+        wiring.connect(m, txe.qp_mgmt_rsp, marb.m_rsp)
+
+        # work requests: user (0) and generator (1)
+        wiring.connect(m, cm.gen_cmd, gen.cmd)
+        m.d.comb += [cm.gen_busy.eq(gen.busy), cm.gen_qp.eq(gen.qp)]
+        wiring.connect(m, wiring.flipped(self.wr), mux.s0_wr)
+        wiring.connect(m, wiring.flipped(self.i), mux.s0_i)
+        wiring.connect(m, gen.wr, mux.s1_wr)
+        wiring.connect(m, gen.i, mux.s1_i)
+        wiring.connect(m, mux.wr, txe.wr)
+        wiring.connect(m, mux.i, txe.i)
+        wiring.connect(m, wiring.flipped(self.resume), txe.resume)
+        wiring.connect(m, txe.status, wiring.flipped(self.status))
+        wiring.connect(m, wiring.flipped(self.ip_id_load), txe.ip_id_load)
+
+        # transmit side: data frames (0) and replies (1)
+        wiring.connect(m, txe.o, arb.i[0])
+        wiring.connect(m, rb.o, arb.i[1])
+        wiring.connect(m, arb.o, wiring.flipped(self.tx))
+
+        m.d.comb += [
+            txe.local_mac.eq(self.local_mac), txe.local_ip.eq(self.local_ip),
+            rxf.local_mac.eq(self.local_mac), rxf.local_ip.eq(self.local_ip),
+            rb.local_mac.eq(self.local_mac), rb.local_ip.eq(self.local_ip),
+            cm.local_ip.eq(self.local_ip),
+            self.counters.tx.frames.eq(txe.frames),
+            self.counters.tx.frames_aborted.eq(txe.frames_aborted),
+            self.counters.tx.wrs_refused.eq(txe.wrs_refused),
+            self.counters.tx.status_dropped.eq(txe.status_dropped),
+            self.counters.tx.gen_sent.eq(gen.sent),
+            self.counters.rx.eq(rxf.counters),
+            self.counters.cm.eq(cm.counters),
+        ]
+        return m
