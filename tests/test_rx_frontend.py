@@ -96,8 +96,8 @@ def roce_frame(rng, *, dst_mac=LOCAL_MAC, dst_ip=LOCAL_IP, ip_version=4, maxlen=
         name = {proto.RETH: "RETH", proto.AETH: "AETH", proto.IMMDT: "IMMDT",
                 proto.IETH: "IETH"}.get(h, h.name)
         headers[name] = {f: rng.getrandbits(w) for f, w in h.fields}
-    payload = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 3, 4, 17,
-                                                                  rng.randrange(maxlen)])))
+    size = rng.choice([k for k in (0, 1, 3, 4, 17) if k <= maxlen] + [rng.randrange(maxlen + 1)])
+    payload = bytes(rng.getrandbits(8) for _ in range(size))
     ip = {"src": src_ip, "dst": dst_ip, "identification": rng.getrandbits(16)}
     if ip_version == 6:
         ip = {"src": rng.getrandbits(128), "dst": rng.getrandbits(128)}
@@ -464,7 +464,7 @@ def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=4, other_byt
         async def tb(ctx):
             beats = []
             while not state["stop"]:
-                ready = (not hold or state.get("counted")) and crng.random() >= p_stall
+                ready = bool(not hold or state.get("counted")) and crng.random() >= p_stall
                 ctx.set(port.ready, ready)
                 _, _, valid, p = await ctx.tick().sample(port.valid, port.payload)
                 if not (valid and ready):
@@ -537,3 +537,242 @@ def test_frontend_random_mix(width):
     res = run_frontend(width, frames, width + 1)
     want = check_run(res)
     assert all(want[k] for k in want)
+
+
+# --- DeferredFrameFifo ---------------------------------------------------------------------------
+
+def run_deferred(width, frames, seed, *, depth, max_frames=8, p_stall=0.3, hold=False,
+                 decide_delay=(1, 12)):
+    """Frames (lists of beat dicts) into a DeferredFrameFifo; a decision ``keep`` (from the
+    frame's own list entry) is given a random number of cycles after each ``stored`` pulse with
+    ``ok``. Returns ``(oks, out)``: the ``ok`` of every frame and the frames seen on ``o``."""
+    dut = DeferredFrameFifo(width, depth, max_frames=max_frames)
+    rng = random.Random(seed)
+    oks, out, pending = [], [], []
+    state = {"done": False}
+
+    async def producer(ctx):
+        for beats, _ in frames:
+            if rng.random() < 0.5:
+                ctx.set(dut.i.valid, 0)
+                await ctx.tick().repeat(rng.randrange(1, 3))
+            for beat in beats:
+                ctx.set(dut.i.payload, beat)
+                ctx.set(dut.i.valid, 1)
+                assert ctx.get(dut.i.ready)
+                await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(40)
+        while pending or any(ctx.get(x) for x in (dut.o.valid,)):
+            await ctx.tick()
+        await ctx.tick().repeat(20 + 2 * depth)
+        state["done"] = True
+
+    async def decider(ctx):
+        # decisions in order, each no earlier than its stored pulse, after a random delay
+        cycle, index, queue = 0, 0, []
+        while not state["done"]:
+            _, _, sv, ok = await ctx.tick().sample(dut.stored.valid, dut.stored.payload.ok)
+            cycle += 1
+            ctx.set(dut.decide.valid, 0)
+            if sv:
+                oks.append(int(ok))
+                if ok:
+                    ready_at = max([cycle + rng.randrange(*decide_delay)] +
+                                   [c for c, _ in queue])
+                    queue.append((ready_at, frames[index][1]))
+                    pending.append(index)
+                index += 1
+            if queue and queue[0][0] <= cycle:
+                ctx.set(dut.decide.valid, 1)
+                ctx.set(dut.decide.payload.keep, queue.pop(0)[1])
+                pending.pop(0)
+
+    async def consumer(ctx):
+        beats = []
+        while not state["done"]:
+            ready = (not hold or len(oks) == len(frames)) and rng.random() >= p_stall
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                beats.append({"data": int(p.data), "keep": int(p.keep), "first": int(p.first),
+                              "last": int(p.last), "abort": int(p.abort)})
+                if p.last:
+                    out.append(beats)
+                    beats = []
+        assert not beats
+
+    total = sum(len(b) for b, _ in frames)
+    run_simulation(dut, [producer, decider, consumer], cycles=20 * total + 4000)
+    return oks, out
+
+
+def _frame_beats(rng, width, nbytes):
+    beats = beats_of(random_frame(rng, nbytes), width)
+    for b in beats:
+        b["abort"] = rng.getrandbits(1) if b["last"] else 0
+        used = b["keep"].bit_length()
+        b["data"] |= (rng.getrandbits(8 * (width // 8 - used)) << 8 * used) \
+            if used < width // 8 else 0
+    return beats
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_deferred_fifo_kept_frames_in_order(width):
+    """Kept frames come out byte-identical and in order, discarded ones never; with room for
+    everything every frame is stored."""
+    rng = random.Random(width + 7)
+    n = width // 8
+    frames = [(_frame_beats(rng, width, rng.choice([1, n, n + 1, rng.randrange(1, 6 * n)])),
+               rng.random() < 0.6) for _ in range(60)]
+    oks, out = run_deferred(width, frames, 3, depth=64, max_frames=32)
+    assert oks == [1] * len(frames)
+    assert out == [b for b, keep in frames if keep]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_deferred_fifo_overflow(width):
+    """With the consumer stalled and little room, frames are dropped whole (``ok`` = 0), never
+    cut; exactly the frames stored and kept come out once the consumer runs; a frame longer than
+    ``depth`` beats never fits; ``max_frames`` limits the frames held."""
+    rng = random.Random(width + 9)
+    n = width // 8
+    frames = [(_frame_beats(rng, width, rng.randrange(1, 5 * n)), rng.random() < 0.8)
+              for _ in range(30)]
+    frames.insert(3, (_frame_beats(rng, width, 16 * n + 1), True))  # 17 beats: never fits
+    oks, out = run_deferred(width, frames, 5, depth=16, max_frames=4, hold=True)
+    assert oks[3] == 0
+    assert 0 < sum(oks) < len(frames)
+    assert sum(oks) <= 4 + 1                    # frames held while nothing leaves
+    assert out == [b for (b, keep), ok in zip(frames, oks) if ok and keep]
+    # the same frames with room enough and no stall all pass (but the 17-beat one)
+    oks, out = run_deferred(width, frames, 6, depth=16, max_frames=32, p_stall=0,
+                            decide_delay=(1, 2))
+    assert oks == [int(k != 3) for k in range(len(frames))]
+    assert out == [b for k, (b, keep) in enumerate(frames) if keep and k != 3]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_frontend_back_to_back_exact(width):
+    """Frames with no idle cycle between them (one-beat frames at 512 bits: ARP, ACKs, runts)
+    and consumers always ready: every item and every "other" frame arrives, none is dropped."""
+    rng = random.Random(width + 3)
+    frames = frame_mix(rng, 80, maxlen=40)
+    frames += [(arp_frame(rng), False) for _ in range(6)]
+    frames += [(roce_frame(rng, maxlen=0), False) for _ in range(6)]
+    rng.shuffle(frames)
+    res = run_frontend(width, frames, width + 4, p_stall=0, p_gap=1.0, p_idle=0)
+    check_run(res, exact=True)
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_frontend_queue_full(width):
+    """Consumers stalled until every frame is counted: each queue keeps its first
+    ``queue_depth`` items, the rest are counted as ``*_full``; ``other`` keeps what fits."""
+    rng = random.Random(width + 5)
+    frames = [(arp_frame(rng), False) for _ in range(6)] + \
+        [(cm_frame(rng), False) for _ in range(6)] + \
+        [(roce_frame(rng, maxlen=60), False) for _ in range(6)] + \
+        [(ipv4_udp_frame(rng, dport=53, body=random_frame(rng, 200)), False) for _ in range(6)]
+    rng.shuffle(frames)
+    res = run_frontend(width, frames, width + 6, queue_depth=3, other_bytes=512, hold=True,
+                       p_stall=0)
+    want = check_run(res)
+    for kind in ("arp", "cm", "roce"):
+        assert res.items[kind] == want[kind][:3]
+        assert res.counters[f"{kind}_full"] == 3
+    assert 0 < res.counters["other"] < 6 and res.counters["other_dropped"] > 0
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_frontend_without_other(width):
+    """``rx_other=False``: no ``other`` stream; those frames are dropped and counted."""
+    rng = random.Random(width + 8)
+    frames = frame_mix(rng, 50, maxlen=60)
+    dut = RxFrontEnd(EngineConfig(data_width=width), rx_other=False)
+    assert "other" not in dut.signature.members
+    res = run_frontend(width, frames, width + 9, rx_other=False)
+    want = check_run(res, rx_other=False)
+    assert want["other"]
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_frontend_other_too_long(width):
+    """A frame longer than the ``other`` FIFO is dropped whole and counted; the frames around
+    it pass."""
+    rng = random.Random(width + 10)
+    other = [ipv4_udp_frame(rng, dport=53, body=random_frame(rng, k)) for k in (30, 600, 30)]
+    frames = [(f, False) for f in other]
+    res = run_frontend(width, frames, width + 11, other_bytes=256, p_stall=0)
+    assert res.other == [res.sent[0], res.sent[2]]
+    assert res.counters["other_dropped"] == 1 and res.counters["other"] == 2
+
+
+def _latency(width, frame, port):
+    """Cycles from the last beat of ``frame`` on ``i`` to the first ``valid`` on ``port``."""
+    dut = RxFrontEnd(EngineConfig(data_width=width))
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        ctx.set(getattr(dut, port).ready, 1)
+        await ctx.tick().repeat(2)
+        for beat in beats_of(frame, width):
+            ctx.set(dut.i.payload, dict(beat, abort=0))
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        for cycle in range(1, 40):
+            if ctx.get(getattr(dut, port).valid) and port not in seen:
+                seen[port] = cycle
+            if ctx.get(dut.counters.rx_frames) and "counted" not in seen:
+                seen["counted"] = cycle
+            await ctx.tick()
+
+    run_simulation(dut, [tb], cycles=200)
+    return seen
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_frontend_latency(width):
+    """With the last beat of a frame on ``i`` in cycle t, its item (empty queue) or its first
+    "other" beat (empty FIFO) is valid in cycle t + ``RxFrontEnd.latency``, the cycle the
+    counters show it."""
+    rng = random.Random(width + 12)
+    lat = RxFrontEnd.latency
+    for frame, port in ((arp_frame(rng), "arp"), (cm_frame(rng), "cm"),
+                        (roce_frame(rng), "roce"),
+                        (ipv4_udp_frame(rng, dport=53, body=bytes(100)), "other")):
+        seen = _latency(width, frame, port)
+        assert seen[port] == lat, (port, seen)
+        assert seen["counted"] == lat, (port, seen)
+
+
+def test_frontend_parameters():
+    config = EngineConfig(data_width=64)
+    with pytest.raises(TypeError):
+        RxFrontEnd(object())
+    with pytest.raises(TypeError):
+        RxFrontEnd(config, rx_other=1)
+    for depth in (0, 65, True, 2.0):
+        with pytest.raises(ValueError):
+            RxFrontEnd(config, queue_depth=depth)
+    with pytest.raises(ValueError):
+        RxFrontEnd(config, other_bytes=8)
+    assert RxFrontEnd(config, other_bytes=1000).other_bytes == 1024
+    with pytest.raises(ValueError):
+        DeferredFrameFifo(64, 6)
+    with pytest.raises(ValueError):
+        DeferredFrameFifo(64, 8, max_frames=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("seed", [21, 22])
+def test_frontend_random_mix_long(width, seed):
+    """Many more frames, longer payloads, stalls on every stream."""
+    rng = random.Random(seed * 1000 + width)
+    frames = frame_mix(rng, 600, maxlen=1100)
+    res = run_frontend(width, frames, seed, p_stall=0.3)
+    check_run(res)

@@ -9,7 +9,7 @@ order on ``decide``; the read side sends the kept frames and jumps over the disc
 """
 
 from amaranth import *
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_data_width
@@ -22,25 +22,28 @@ class DeferredFrameFifo(wiring.Component):
     """Frame FIFO with a late keep/discard decision per frame, for a source without backpressure.
 
     Every frame on ``i`` is written to the memory as it arrives (``i.ready`` is constant 1: a
-    MAC cannot wait). A frame that does not fit -- a beat finds the memory full, or
-    ``max_frames`` frames are already held -- is discarded whole, never cut: its rows are given
-    back at its last beat. In the cycle after each frame's last beat ``stored`` reports whether
-    it was kept in the memory (``ok``). For every frame with ``ok`` = 1 the user gives one
-    decision on ``decide``, in frame order, at any later time: ``keep`` = 1 sends the frame on
-    ``o``, ``keep`` = 0 discards it. Frames leave in order; a frame starts on ``o`` only once its
+    MAC cannot wait). A frame that does not fit -- a beat finds no free row, or ``max_frames``
+    frames are already held -- is discarded whole, never cut: its rows are given back at its
+    last beat. In the cycle after each frame's last beat ``stored`` reports whether it was kept
+    in the memory (``ok``). For every frame with ``ok`` = 1 the user gives one decision on
+    ``decide``, in frame order, at any later time: ``keep`` = 1 sends the frame on ``o``,
+    ``keep`` = 0 discards it. Frames leave in order; a frame starts on ``o`` only once its
     decision is known (so only after its last beat was stored), then flows one beat per cycle,
-    paused only by ``o.ready``. The bytes are the received ones: ``data`` (lanes beyond ``keep``
+    paused only by ``o.ready``. The beats are the received ones: ``data`` (lanes beyond ``keep``
     included), ``keep``, ``first``, ``last``, ``abort`` as they came.
 
-    Storage: ``depth`` rows of one beat (``lib.memory``, one write and one read port), a queue of
-    frame ends and a queue of decisions of ``max_frames`` entries each. Rows of a frame are held
-    until it has been sent or jumped over; a discarded frame is jumped over in one cycle once
-    its decision is at the head.
+    Storage: ``depth`` rows of one beat (``lib.memory``, one write and one synchronous read
+    port); the longest frame that can pass is ``depth`` beats. A frame table of
+    ``max_frames`` entries (LUT RAM, read asynchronously) holds, per frame in order, the row
+    after its end and its decision. Rows of a frame are held until it has been sent or jumped
+    over; a discarded frame is jumped over in one cycle once it is at the head. The "room" flags
+    (rows, frames) are registered from the previous cycle's pointers: safe, since at most one
+    row and one frame can be added per cycle (a row or a frame freed in the last cycle is only
+    seen one cycle later).
 
     Latency (empty FIFO, ``o.ready`` high): a frame whose decision is given in cycle t starts on
-    ``o`` in cycle t + 3 (decision queue, end queue, memory read). Throughput: one beat per
-    cycle in and out; kept frames leave back to back; each discarded frame costs one read-side
-    cycle.
+    ``o`` in cycle t + 2 (table write, memory read). Throughput: one beat per cycle in and out;
+    kept frames leave back to back; a discarded frame costs one read-side cycle.
 
     Parameters
     ----------
@@ -49,8 +52,8 @@ class DeferredFrameFifo(wiring.Component):
     depth : int
         Rows of storage (beats), a power of two, at least 2.
     max_frames : int
-        Frames held at once (written, or being written, and not yet sent or jumped over), at
-        least 2.
+        Frames held at once (being written, waiting for their decision, or waiting to leave),
+        at least 2.
 
     Members
     -------
@@ -60,8 +63,8 @@ class DeferredFrameFifo(wiring.Component):
         One pulse per frame, the cycle after its last beat: ``ok`` = 1 if it is in the memory
         and waits for its decision.
     decide : ``In(stream.Signature(StructLayout({"keep": 1}), always_ready=True))``
-        One decision per frame reported with ``ok`` = 1, in order (never more decisions than
-        such frames).
+        One decision per frame reported with ``ok`` = 1, in order, no earlier than its
+        ``stored`` pulse (never more decisions than such frames).
     o : ``Out(FrameSignature(data_width))``
         The kept frames.
     """
@@ -93,53 +96,120 @@ class DeferredFrameFifo(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth, k = self._depth, self._depth.bit_length() - 1
+        nf = self._max_frames
         m.submodules.mem = mem = memory.Memory(shape=frame_layout(self._width), depth=depth,
                                                init=[])
         wp = mem.write_port()
         rp = mem.read_port(transparent_for=())
-        # frame ends (row of the last beat, with the wrap bit) and decisions, in frame order
-        m.submodules.ends = ends = fifo.SyncFIFOBuffered(width=k + 1, depth=self._max_frames)
-        m.submodules.keeps = keeps = fifo.SyncFIFOBuffered(width=1, depth=self._max_frames)
 
-        # Pointers carry a wrap bit: the memory is full when they differ only in it.
-        wr_ptr = Signal(k + 1)
-        wr_inc = Signal(k + 1, init=1)      # wr_ptr + 1, kept beside it (no adder on the path)
-        start = Signal(k + 1)               # wr_ptr at the first beat of the current frame
-        rd_ptr = Signal(k + 1)
-        held = Signal(range(self._max_frames + 1))
-        slot = Signal()                     # the current frame counts in `held`
-        ovf = Signal()                      # the current frame is being discarded
+        # Frame table, one entry per frame in order: where the next frame starts (``end``, the
+        # row after its last one) and that plus one, written at the frame's last beat; its
+        # decision, written when it comes. Small memories read asynchronously (LUT RAM), with
+        # three pointers: `produce` (next entry to write), `dec` (next to decide), `consume`
+        # (head). A pointer has a wrap bit; `*_inc` registers hold pointer + 1 so that no adder
+        # sits behind a decision.
+        ptr_shape = k + 1
+        fb = max(1, (nf - 1).bit_length())
+        m.submodules.ends = ends = memory.Memory(
+            shape=data.StructLayout({"end": ptr_shape, "end_inc": ptr_shape}), depth=1 << fb,
+            init=[])
+        m.submodules.keeps = keeps = memory.Memory(shape=1, depth=1 << fb, init=[])
+        ends_w = ends.write_port()
+        ends_r = ends.read_port(domain="comb")
+        keeps_w = keeps.write_port()
+        keeps_r = keeps.read_port(domain="comb")
+
+        def counter(name, init=0):
+            value = Signal(fb + 1, name=name, init=init)
+            inc = Signal(fb + 1, name=f"{name}_inc", init=init + 1)
+            return value, inc
+
+        def advance(value, inc):
+            return [value.eq(inc), inc.eq(inc + 1)]
+
+        produce, produce_inc = counter("produce")
+        dec, dec_inc = counter("dec")
+        consume, consume_inc = counter("consume")
+
+        # Pointers into the rows carry a wrap bit.
+        wr_ptr = Signal(ptr_shape)
+        wr_inc = Signal(ptr_shape, init=1)
+        start = Signal(ptr_shape)           # wr_ptr at the first beat of the current frame
+        start_inc = Signal(ptr_shape, init=1)
+        rd_ptr = Signal(ptr_shape)
+        rd_inc = Signal(ptr_shape, init=1)
+
+        # Room, from the previous cycle's registers and therefore safe: at most one row and one
+        # frame were added since. After a frame was given back, the flags computed from the
+        # values it went back to are used, so the next frame finds that room at once.
+        acq = Signal(fb + 2)                # frames given a slot (wrapping)
+        rel = Signal(fb + 2)                # frames that left the table (wrapping)
+        full_w = Signal()                   # no row, counting the rows written
+        full_s = Signal()                   # no row once the current frame is given back
+        nf_w = Signal()                     # no frame slot
+        nf_g = Signal()                     # no frame slot once one is given back
+        gave = Signal()
+        m.d.sync += [
+            full_w.eq(((wr_ptr - rd_ptr)[:ptr_shape]) >= depth - 1),
+            full_s.eq(((start - rd_ptr)[:ptr_shape]) >= depth - 1),
+            nf_w.eq(((acq - rel)[:fb + 2]) >= nf - 1),
+            nf_g.eq(((acq - rel)[:fb + 2]) >= nf),
+        ]
+        rows_full = Signal()
+        frames_full = Signal()
+        m.d.comb += [rows_full.eq(Mux(gave, full_s, full_w)),
+                     frames_full.eq(Mux(gave, nf_g, nf_w))]
 
         pl = self.i.payload
-        m.d.comb += self.i.ready.eq(1)
-        full = Signal()
+        slot = Signal()                     # the current frame got a slot
+        ovf = Signal()                      # the current frame is being discarded
         cur_slot = Signal()
         cur_ovf = Signal()
         write = Signal()
+        end = Signal()
         m.d.comb += [
-            full.eq((wr_ptr ^ rd_ptr) == (1 << k)),
-            cur_slot.eq(Mux(pl.first, held != self._max_frames, slot)),
-            cur_ovf.eq(Mux(pl.first, 0, ovf) | ~cur_slot | full),
+            self.i.ready.eq(1),
+            cur_slot.eq(Mux(pl.first, ~frames_full, slot)),
+            cur_ovf.eq((~pl.first & ovf) | ~cur_slot | rows_full),
             write.eq(self.i.valid & ~cur_ovf),
+            end.eq(self.i.valid & pl.last),
             wp.addr.eq(wr_ptr[:k]),
             wp.data.eq(pl),
             wp.en.eq(write),
         ]
-        end = Signal()
-        m.d.comb += end.eq(self.i.valid & pl.last)
         with m.If(self.i.valid):
             m.d.sync += [slot.eq(cur_slot), ovf.eq(cur_ovf & ~pl.last)]
+        wr_step = Signal(ptr_shape)
+        m.d.comb += wr_step.eq(wr_inc + 1)
         with m.If(end & cur_ovf):                   # give the frame's rows back
-            m.d.sync += [wr_ptr.eq(start), wr_inc.eq(start + 1)]
+            m.d.sync += [wr_ptr.eq(start), wr_inc.eq(start_inc)]
         with m.Elif(write):
-            m.d.sync += [wr_ptr.eq(wr_inc), wr_inc.eq(wr_inc + 1)]
+            m.d.sync += [wr_ptr.eq(wr_inc), wr_inc.eq(wr_step)]
         with m.If(end & ~cur_ovf):
-            m.d.sync += start.eq(wr_inc)
-        m.d.comb += [ends.w_en.eq(end & ~cur_ovf), ends.w_data.eq(wr_ptr)]
+            m.d.sync += [start.eq(wr_inc), start_inc.eq(wr_step)]
+            m.d.sync += advance(produce, produce_inc)
+        m.d.comb += [
+            ends_w.addr.eq(produce[:fb]),
+            ends_w.data.end.eq(wr_inc),
+            ends_w.data.end_inc.eq(wr_step),
+            ends_w.en.eq(end & ~cur_ovf),
+        ]
         m.d.sync += [self.stored.valid.eq(end), self.stored.payload.ok.eq(~cur_ovf)]
+        take = Signal()
+        give = Signal()
+        m.d.comb += [take.eq(self.i.valid & pl.first & cur_slot),
+                     give.eq(end & cur_ovf & cur_slot)]
+        m.d.sync += gave.eq(end & cur_ovf)
+        with m.If(take & ~give):
+            m.d.sync += acq.eq(acq + 1)
+        with m.Elif(give & ~take):
+            m.d.sync += acq.eq(acq - 1)
 
         # decisions
-        m.d.comb += [keeps.w_en.eq(self.decide.valid), keeps.w_data.eq(self.decide.payload.keep)]
+        m.d.comb += [keeps_w.addr.eq(dec[:fb]), keeps_w.data.eq(self.decide.payload.keep),
+                     keeps_w.en.eq(self.decide.valid)]
+        with m.If(self.decide.valid):
+            m.d.sync += advance(dec, dec_inc)
 
         # read side: send the head frame if kept, else jump over it
         o_valid = Signal()
@@ -149,31 +219,30 @@ class DeferredFrameFifo(wiring.Component):
         at_end = Signal()
         pop = Signal()
         m.d.comb += [
-            head.eq(ends.r_rdy & keeps.r_rdy),
-            load.eq(head & keeps.r_data[0] & (~o_valid | self.o.ready)),
-            skip.eq(head & ~keeps.r_data[0]),
-            at_end.eq(rd_ptr == ends.r_data),
+            ends_r.addr.eq(consume[:fb]),
+            keeps_r.addr.eq(consume[:fb]),
+            head.eq(consume != dec),
+            load.eq(head & keeps_r.data & (~o_valid | self.o.ready)),
+            skip.eq(head & ~keeps_r.data),
+            at_end.eq(rd_inc == ends_r.data.end),
             pop.eq(skip | (load & at_end)),
-            ends.r_en.eq(pop),
-            keeps.r_en.eq(pop),
             rp.addr.eq(rd_ptr[:k]),
             rp.en.eq(load),
             self.o.valid.eq(o_valid),
             self.o.payload.eq(rp.data),
         ]
         with m.If(skip):
-            m.d.sync += rd_ptr.eq(ends.r_data + 1)
+            m.d.sync += [rd_ptr.eq(ends_r.data.end), rd_inc.eq(ends_r.data.end_inc)]
         with m.Elif(load):
-            m.d.sync += rd_ptr.eq(rd_ptr + 1)
+            m.d.sync += [rd_ptr.eq(rd_inc), rd_inc.eq(rd_inc + 1)]
+        with m.If(pop):
+            m.d.sync += advance(consume, consume_inc)
+        pop_r = Signal()
+        m.d.sync += pop_r.eq(pop)
+        with m.If(pop_r):
+            m.d.sync += rel.eq(rel + 1)
         with m.If(load):
             m.d.sync += o_valid.eq(1)
         with m.Elif(self.o.ready):
             m.d.sync += o_valid.eq(0)
-
-        # frames held: +1 when a frame gets a slot, -1 when one is given back or leaves
-        take = Signal()
-        give = Signal()
-        m.d.comb += [take.eq(self.i.valid & pl.first & cur_slot),
-                     give.eq(end & cur_ovf & cur_slot)]
-        m.d.sync += held.eq(held + take - give - pop)
         return m

@@ -120,8 +120,8 @@ class RxFrontEnd(wiring.Component):
     whole frame.
 
     Counters: every frame is counted in ``rx_frames`` and in exactly one of the others (see
-    :data:`roce_hw.model.rx.RX_COUNTERS`), 32 bits each, wrapping; a frame is counted
-    :attr:`latency` + 2 cycles after its last beat is on ``i``.
+    :data:`roce_hw.model.rx.RX_COUNTERS`), 32 bits each, wrapping; with the last beat of a frame
+    on ``i`` in cycle t, the counters show it from cycle t + :attr:`latency`.
 
     Structure: the input beat is registered, then fed in parallel to two
     :class:`~roce_hw.lib.header.HeaderExtractor`\\ s (Ethernet + ARP; Ethernet + IPv4 + UDP + CM
@@ -133,9 +133,10 @@ class RxFrontEnd(wiring.Component):
     joins the iCRC result and decides. No header byte is sliced by hand: every field comes from
     an extractor's ``proto``-built layout.
 
-    Latency: an item is valid on ``arp``/``cm``/``roce`` :attr:`latency` cycles after the last
-    beat of its frame is on ``i`` (empty queue). An "other" frame starts on ``other``
-    :attr:`latency` + 2 cycles after its last beat (empty FIFO).
+    Latency: with the last beat of a frame on ``i`` in cycle t, its item is valid on
+    ``arp``/``cm``/``roce`` in cycle t + :attr:`latency` (13) if the queue was empty, and an
+    "other" frame starts on ``other`` in cycle t + :attr:`latency` if the FIFO was empty
+    (input register 1, extractor and latch 4, field compares and decision 6, queue 2).
 
     Throughput: one beat per cycle on ``i``, back to back frames of any length, including
     frames of one beat; the outputs take one item per cycle.
@@ -152,8 +153,8 @@ class RxFrontEnd(wiring.Component):
     queue_depth : int
         Entries of the ``arp``, ``cm`` and ``roce`` queues (1 to 64).
     other_bytes : int
-        Storage of the ``other`` FIFO in bytes (rounded up to a power of two of beats); the
-        longest frame that can pass.
+        Storage of the ``other`` FIFO in bytes (at least two beats; rounded up to a power of
+        two of beats): the longest frame that can pass on ``other``.
 
     Members
     -------
@@ -169,7 +170,8 @@ class RxFrontEnd(wiring.Component):
     counters : ``Out(rx_counters_layout())``
     """
 
-    #: Cycles from the last beat of a frame on ``i`` to its item on ``arp``/``cm``/``roce``.
+    #: Cycles from the last beat of a frame on ``i`` to its item on ``arp``/``cm``/``roce``
+    #: (or its first beat on ``other``), empty queues.
     latency = 13
 
     def __init__(self, config, *, rx_other=True, queue_depth=4, other_bytes=8192):
@@ -216,7 +218,8 @@ class RxFrontEnd(wiring.Component):
 
     @property
     def other_bytes(self):
-        """Storage of the ``other`` FIFO in bytes (after rounding)."""
+        """Storage of the ``other`` FIFO in bytes (after rounding up to a power of two of
+        beats): the longest frame that can pass."""
         return self._other_rows * self._config.data_bytes
 
     def elaborate(self, platform):
