@@ -79,6 +79,24 @@ def _roce_tx(width):
     return TxEngine(EngineConfig(data_width=width))
 
 
+def _roce_engine(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.engine import RoceEngine
+    return RoceEngine(EngineConfig(data_width=width))
+
+
+def _rx_front(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.rx.frontend import RxFrontEnd
+    return RxFrontEnd(EngineConfig(data_width=width))
+
+
+def _cm(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.rx.cm import CmResponder
+    return CmResponder(EngineConfig(data_width=width))
+
+
 #: Benchmarkable designs by name.
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
@@ -86,6 +104,10 @@ DESIGNS = {
     "icrc_inserter2": Design(_inserter_fast, "iCRC inserter, two rewind stages per register"),
     "icrc_checker": Design(_checker, "iCRC checker (RX): frame in, good/bad per frame out"),
     "roce_tx": Design(_roce_tx, "RoCEv2 TX engine (EngineConfig defaults)"),
+    "roce_engine": Design(_roce_engine, "whole engine: TX, RX front end, CM, ARP, generator "
+                                        "(EngineConfig defaults)"),
+    "rx_front": Design(_rx_front, "RX front end: checks, classification, iCRC check, queues"),
+    "cm": Design(_cm, "connection-manager responder (16 QPs; width-independent)"),
 }
 
 #: Names that expand to several designs.

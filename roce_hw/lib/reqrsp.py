@@ -11,13 +11,17 @@ class RequestArbiter(wiring.Component):
     """``n`` masters share one request/response slave port (such as the QP table's management
     port), round robin, one request outstanding at a time.
 
-    A master's request is forwarded when it holds the grant; the response that comes back goes
-    to that master, and only then is the next request granted (the master that went last has
-    the lowest priority). A master therefore waits at most ``n - 1`` other transactions.
+    When idle, the arbiter takes the request of the first valid master after the one served
+    last into a register (that master's ``ready`` is high in that cycle), offers it on
+    ``m_req`` from the register, and passes the response that comes back to that master; only
+    then is the next request taken. A master therefore waits at most ``n - 1`` other
+    transactions.
 
-    Latency: a request on ``s{k}_req`` with the arbiter idle is on ``m_req`` in the next cycle
-    (registered grant); the response is passed through combinationally. Throughput: one
-    transaction per (slave latency + 2) cycles. Backpressure: full, both directions.
+    Latency: a request taken in cycle t is on ``m_req`` in cycle t + 1; the response is passed
+    through combinationally. Throughput: one transaction per (slave latency + 2) cycles.
+    Backpressure: full, both directions. Combinational paths: ``s{k}_req.ready`` depends on the
+    masters' ``valid`` only (never on ``m_req.ready``); ``s{k}_rsp.valid``/``payload`` and
+    ``m_rsp.ready`` pass straight through.
 
     Parameters
     ----------
@@ -51,26 +55,31 @@ class RequestArbiter(wiring.Component):
         reqs = [getattr(self, f"s{k}_req") for k in range(n)]
         rsps = [getattr(self, f"s{k}_rsp") for k in range(n)]
         grant = Signal(range(n))      # the master being served / served last
-        busy = Signal()               # a request granted, its response not yet back
+        busy = Signal()               # a request taken, its response not yet back
         issued = Signal()             # ... and already passed to the slave
+        valids = Signal(n)
+        m.d.comb += valids.eq(Cat(r.valid for r in reqs))
 
         with m.If(~busy):
-            # round robin: first valid master after the last one served
-            order = [(grant + 1 + j) % n if n > 1 else 0 for j in range(n)]
-            for j in reversed(range(n)):
-                pick = Signal(range(n), name=f"pick{j}")
-                m.d.comb += pick.eq(order[j])
-                with m.If(Array(r.valid for r in reqs)[pick]):
-                    m.d.sync += [grant.eq(pick), busy.eq(1), issued.eq(0)]
+            # round robin: the first valid master after the one served last
+            pick = Signal(range(n))
+            any_valid = Signal()
+            m.d.comb += any_valid.eq(valids.any())
+            for g in range(n):
+                with m.If(grant == g):
+                    order = [(g + 1 + j) % n for j in range(n)]
+                    for k in reversed(order):
+                        with m.If(valids[k]):
+                            m.d.comb += pick.eq(k)
+            with m.If(any_valid):
+                for k in range(n):
+                    m.d.comb += reqs[k].ready.eq(pick == k)
+                m.d.sync += [grant.eq(pick), busy.eq(1), issued.eq(0),
+                             self.m_req.payload.eq(Array(r.payload for r in reqs)[pick])]
 
-        cur_req = Array(reqs)[grant]
-        with m.If(busy & ~issued):
-            m.d.comb += [self.m_req.valid.eq(cur_req.valid),
-                         self.m_req.payload.eq(cur_req.payload)]
-            for k in range(n):
-                m.d.comb += reqs[k].ready.eq((grant == k) & self.m_req.ready)
-            with m.If(self.m_req.ready & cur_req.valid):
-                m.d.sync += issued.eq(1)
+        m.d.comb += self.m_req.valid.eq(busy & ~issued)
+        with m.If(self.m_req.valid & self.m_req.ready):
+            m.d.sync += issued.eq(1)
         with m.If(busy & issued):
             for k in range(n):
                 m.d.comb += [rsps[k].valid.eq((grant == k) & self.m_rsp.valid),

@@ -76,6 +76,8 @@ class ReplyBuilder(wiring.Component):
 
         hdr = Signal.like(hins.hdr.payload)
         f = hdr.fields
+        # the checksum adders see the header register alone (no state in front of them)
+        m.d.comb += csum.i.payload.eq(f.ipv4)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.arp.ready.eq(1)
@@ -113,7 +115,7 @@ class ReplyBuilder(wiring.Component):
                         m.next = "CSUM"
 
             with m.State("CSUM"):
-                m.d.comb += [csum.i.valid.eq(1), csum.i.payload.eq(f.ipv4)]
+                m.d.comb += csum.i.valid.eq(1)
                 m.next = "CSUM_WAIT"
 
             with m.State("CSUM_WAIT"):
