@@ -356,7 +356,8 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
             n_qp=4, model=False, reopen=True, timeout=600.0, reply_timeout=5.0, seed=1,
             progress=None, argvs=None, rounds=None):
     """One end-to-end run on the booted ``vm`` (booted with ``peer_mac=None`` and the
-    repository layer): the host tool once per op of ``ops`` (:func:`host_argv`), one after the
+    repository layer): the guest's neighbour table is flushed (it must ARP for the engine
+    again), then the host tool runs once per op of ``ops`` (:func:`host_argv`), one after the
     other, against one simulated engine (or the model); returns an :class:`E2eRun`.
     ``argvs``/``rounds`` replace the command lines and the expected connections."""
     from sim.vm import RxeBridge
@@ -368,6 +369,13 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
     if rounds is None:
         rounds = rounds_of(ops, length=length, count=count, reopen=reopen)
     run = E2eRun(width=width, model=model, argvs=argvs, boot_seconds=vm.boot_seconds or 0.0)
+    # Every run starts with the guest not knowing the engine's MAC: it must ARP (a guest
+    # reused from an earlier run has learnt it; a static entry would bypass the responder).
+    vm.call("sh", argv=["/bin/ip", "neigh", "flush", "dev", "eth0"])
+    left = vm.call("sh", argv=["/bin/ip", "neigh", "show", ENGINE_IP, "dev", "eth0"])
+    if left["stdout"].strip():
+        raise ValueError(f"the guest has a neighbour entry for the engine it cannot forget "
+                         f"({left['stdout'].strip()}): boot the VM with peer_mac=None")
     counters0 = vm.call("counters")
     bridge = RxeBridge(vm, reply_timeout=reply_timeout)
     run.bridge = bridge
@@ -526,7 +534,7 @@ def main(argv=None):
                           period=args.period, n_qp=args.qps, model=args.model,
                           reopen=not args.no_reopen, timeout=args.timeout, seed=args.seed,
                           progress=log)
-    except (GuestBuildError, VMError) as e:
+    except (GuestBuildError, VMError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.pcap:
