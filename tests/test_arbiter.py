@@ -137,7 +137,7 @@ def test_packet_layout(width):
 
 
 @pytest.mark.parametrize("width", FAST)
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [1, 2, 4])
 def test_back_to_back(width, n):
     """Sources always valid, output always ready: a beat every cycle, frames of different
     sources (one-beat frames included) with no idle cycle between them, strict rotation."""
@@ -158,6 +158,30 @@ def test_fairness_with_a_long_source(width):
               random_frames(rng, width, 10), random_frames(rng, width, 10)]
     out, waits, _ = run_arbiter(width, 3, frames, 2, p_idle=0.5, p_stall=0.2)
     check(frames, out, waits, 3)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_ready_does_not_depend_on_valid(n):
+    """``i[k].ready`` comes from ``o.ready`` and registers only: changing the sources'
+    ``valid`` within a cycle never changes it."""
+    dut = FrameArbiter(64, n)
+    rng = random.Random(n)
+
+    async def tb(ctx):
+        for _ in range(300):
+            for k in range(n):
+                ctx.set(dut.i[k].payload, {"data": rng.getrandbits(64), "keep": 0xFF,
+                                           "first": 1, "last": rng.getrandbits(1)})
+            ctx.set(dut.o.ready, rng.getrandbits(1))
+            readies = set()
+            for _ in range(4):
+                for k in range(n):
+                    ctx.set(dut.i[k].valid, rng.getrandbits(1))
+                readies.add(tuple(ctx.get(dut.i[k].ready) for k in range(n)))
+            assert len(readies) == 1
+            await ctx.tick()
+
+    run_simulation(dut, [tb], cycles=400)
 
 
 def test_check_can_fail():
