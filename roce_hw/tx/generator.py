@@ -72,14 +72,22 @@ class TrafficGenerator(wiring.Component):
     cycle after request ``n`` is (the TX engine takes a request first, then its payload). At
     most 7 requests may be posted ahead of their payloads' last beats; more wait.
 
-    Latency: a start taken in cycle ``t`` offers request 0 in cycle ``t + 3`` (one cycle to
-    register the command, one to derive the run's constants), its first payload beat in
-    ``t + 4``. Throughput: one request per cycle with ``period`` <= 1 (request ``n + 1`` is
-    offered in the cycle after request ``n`` was taken), else request ``n + 1`` is offered
-    exactly ``period`` cycles after request ``n`` was taken (when ``wr`` is ready then); one
-    payload beat per cycle, the first beat of a packet straight after the last beat of the one
-    before. Backpressure: ``wr`` and ``i`` stall independently; ``wr``, ``i`` are registered
-    outputs and ``cmd.ready`` is a function of registers and ``cmd.payload.start``.
+    Latency: a start taken in cycle ``t`` offers request 0 in cycle ``t +``
+    :attr:`latency` (7: the command register, 5 cycles to fill the address pipeline, the request
+    register), its first payload beat in the cycle after. Throughput: one request per cycle with
+    ``period`` <= 1 (request ``n + 1`` is offered in the cycle after request ``n`` was taken),
+    else request ``n + 1`` is offered exactly ``period`` cycles after request ``n`` was taken;
+    one payload beat per cycle, the first beat of a packet straight after the last beat of the
+    one before. Backpressure: ``wr`` and ``i`` stall independently (a stalled ``i`` stalls
+    ``wr`` only once 7 requests are ahead of their payloads). ``wr`` and ``i`` are registered
+    outputs, ``busy`` an OR of registers, ``cmd.ready`` a function of registers and
+    ``cmd.payload.start``.
+
+    Structure: ``remote_addr`` = ``remote_va + n * length`` is produced by a skewed
+    accumulator (:class:`_AddressSequence`, 12-bit carry chains, no 64-bit adder); the counts
+    are :class:`~roce_hw.lib.arith.FastCounter` s; lane ``j`` of a payload beat is ``(base + j) &
+    0xFF``, ``base`` stepping by ``W/8`` per beat. Longest path 5 LUT/carry cells (Yosys xcup,
+    64 and 512 bits).
 
     Parameters
     ----------
@@ -190,7 +198,9 @@ class TrafficGenerator(wiring.Component):
                     m.d.comb += lkeep_c.eq((1 << (r or n)) - 1)
         with m.If(setup):
             m.d.sync += [
-                p_le1.eq(period < 2), p_le2.eq(period < 3), has_pay.eq(length != 0),
+                # zero tests, not comparisons (a comparison is a 32-bit carry chain)
+                p_le1.eq(period[1:] == 0), p_le2.eq((period[2:] == 0) & ~period[:2].all()),
+                has_pay.eq(length != 0),
                 lz.eq(length[:s] == 0), single.eq(single_c), lkeep.eq(lkeep_c),
             ]
 
