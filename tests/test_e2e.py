@@ -201,6 +201,10 @@ def test_guest_layer_runs_the_host_tool_without_site_packages(tmp_path):
     r = subprocess.run([sys.executable, "-S", "-c", "import roce_hw.host.verbs, amaranth"],
                        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "No module named 'amaranth'" in r.stderr          # it really ran without it
+    r = subprocess.run([sys.executable, "-m", "sim.guest", "layer"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith(f"layer {key}: {len(files)} files")
+    assert "  roce_hw/host/verbs.py" in r.stdout.splitlines()
 
 
 def test_guest_layer_closure_rules(tmp_path):
