@@ -172,8 +172,7 @@ def struct_to_dict(layout, value):
         if isinstance(shape, data.StructLayout):
             out[name] = struct_to_dict(shape, bits)
         elif isinstance(shape, data.ArrayLayout):
-            ew = data.Layout.cast(shape.elem_shape).size if isinstance(
-                shape.elem_shape, data.Layout) else shape.elem_shape.width
+            ew = shape.size // shape.length
             out[name] = [(bits >> (i * ew)) & ((1 << ew) - 1) for i in range(shape.length)]
         else:
             out[name] = bits

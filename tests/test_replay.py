@@ -391,3 +391,13 @@ def test_hardware_replay_stops_at_the_cycle_limit(tmp_path, capture):
     doc = json.loads((tmp_path / "s.json").read_text())
     assert doc["stopped"] == "limit" and len(doc["qp_table"]) == 2
     assert 40 <= doc["cycles"] < 40 + 14          # a frame being fed is finished first
+
+
+def test_struct_to_dict():
+    from amaranth.lib import data
+    layout = data.StructLayout({"a": 3, "s": data.StructLayout({"x": 8, "y": 1}),
+                                "arr": data.ArrayLayout(4, 3)})
+    value = layout.const({"a": 5, "s": {"x": 0xA5, "y": 1}, "arr": [1, 15, 7]})
+    assert rp.struct_to_dict(layout, value) == {"a": 5, "s": {"x": 0xA5, "y": 1},
+                                                "arr": [1, 15, 7]}
+    assert rp.struct_to_dict(layout, value.as_value().value) == rp.struct_to_dict(layout, value)
