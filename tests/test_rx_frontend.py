@@ -525,6 +525,11 @@ def check_run(res, *, rx_other=True, exact=False):
         assert c["other_dropped"] == len(want["other"]) - len(res.other)
     else:
         assert c["other"] == 0 and c["other_dropped"] == len(want["other"])
+    if exact:
+        counts = model.RxCounterModel()
+        for r in res.verdicts:
+            counts.add(r, taken=rx_other or r.kind != "other")
+        assert c == counts.counts
     return want
 
 

@@ -1,2 +1,3 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The receive path (front end, classification, CM, ACK parsing): later issues."""
+"""The receive path: :mod:`roce_hw.rx.frontend` (frames from the MAC checked whole and sorted into
+ARP requests, CM datagrams, RoCEv2 packets and the rest); the CM and ACK handling build on it."""

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import check_config
-from ..lib.arith import event_counter
+from ..lib.arith import event_counter, or_tree
 from ..lib.deferred_fifo import DeferredFrameFifo
 from ..lib.header import HeaderExtractor
 from ..lib.icrc import ICRCChecker
@@ -69,19 +69,22 @@ def rx_counters_layout():
     return data.StructLayout({name: 32 for name in RX_COUNTERS})
 
 
-def _delay(m, value, cycles, name):
-    """``value`` after ``cycles`` register stages (no enable: the pipeline never stalls)."""
+def _delay(m, value, cycles, name, *, data_only=False):
+    """``value`` after ``cycles`` register stages (no enable: the pipeline never stalls).
+    ``data_only``: no reset (data whose use is gated by a reset flag), so that synthesis may
+    map the chain to shift-register LUTs."""
     shape = value.shape() if isinstance(value, data.View) else Value.cast(value).shape()
     for k in range(cycles):
-        reg = Signal(shape, name=f"{name}_d{k + 1}")
+        reg = Signal(shape, name=f"{name}_d{k + 1}", reset_less=data_only)
         m.d.sync += reg.eq(value)
         value = reg
     return value
 
 
 def _reg(m, value, name):
-    """``value`` registered once (a named flag of the decision pipeline)."""
-    reg = Signal(Value.cast(value).shape(), name=name)
+    """``value`` registered once, without reset: a field compare of the decision pipeline,
+    whose use is gated by the frame-end flag (which has a reset)."""
+    reg = Signal(Value.cast(value).shape(), name=name, reset_less=True)
     m.d.sync += reg.eq(value)
     return reg
 
@@ -228,17 +231,8 @@ class RxFrontEnd(wiring.Component):
         n = width // 8
         lg = n.bit_length() - 1
 
-        # Cycle numbers below count from the cycle the registered last beat of a frame is on
-        # the extractors' inputs (cycle 0, one after it was on `i`).
-        at_fields = HeaderExtractor.latency + 1          # 4: latched headers are this frame's
-        at_csum = at_fields + IPv4HeaderCheck.latency    # 10
-        icrc_at = 10                                      # ICRCChecker(...).latency + 1
-        at_decide = max(at_csum, icrc_at)                 # 10
-        at_pre = at_fields + 3                            # 7: pre-decision registered
-        assert at_pre <= at_decide
-
         # --- input register; local addresses (static) registered once
-        beat = Signal(self.i.payload.shape())
+        beat = Signal(self.i.payload.shape(), reset_less=True)
         bv = Signal()
         m.d.comb += self.i.ready.eq(1)
         m.d.sync += [bv.eq(self.i.valid), beat.eq(self.i.payload)]
@@ -251,7 +245,15 @@ class RxFrontEnd(wiring.Component):
             width, IP_VARIANTS,
             classify=lambda m, f: f.udp.dst_port != proto.CM_UDP_PORT)
         m.submodules.icrc = icrc = ICRCChecker(width)
-        assert icrc.latency + 1 == icrc_at
+        m.submodules.csum = csum = IPv4HeaderCheck()
+
+        # Cycle numbers below count from the cycle the registered last beat of a frame is on
+        # the extractors' inputs (cycle 0, one after it was on `i`).
+        at_fields = HeaderExtractor.latency + 1          # 4: latched headers are this frame's
+        at_pre = at_fields + 3                            # 7: pre-decision registered
+        at_csum = at_fields + csum.latency                # 10: IPv4 checksum verdict
+        icrc_at = icrc.latency + 1                        # 10: iCRC verdict on icrc.o
+        at_decide = max(at_csum, icrc_at, at_pre)         # 10
         for sink in (x_arp.i, x_ip.i, icrc.i):
             m.d.comb += [sink.valid.eq(bv), sink.payload.data.eq(beat.data),
                          sink.payload.keep.eq(beat.keep), sink.payload.first.eq(beat.first),
@@ -281,13 +283,10 @@ class RxFrontEnd(wiring.Component):
                 m.d.sync += bnext.eq(bnext + 1)
         lane = Signal(lg)
         keep = beat.keep
+        # keep is contiguous from lane 0: lane j is the last one where keep[j] & ~keep[j + 1]
         edge = [keep[j] & ~keep[j + 1] for j in range(n - 1)] + [keep[n - 1]]
         for b in range(lg):
-            terms = [edge[j] for j in range(n) if (j >> b) & 1]
-            acc = terms[0]
-            for t in terms[1:]:
-                acc = acc | t
-            m.d.comb += lane[b].eq(acc)
+            m.d.comb += lane[b].eq(or_tree([edge[j] for j in range(n) if (j >> b) & 1]))
         lm1_0 = Signal(_LEN_BITS + 1)           # frame length - 1 (bit 17: too long)
         m.d.comb += lm1_0.eq(Cat(lane[:lg], bidx))
         ev0 = Signal()
@@ -301,7 +300,7 @@ class RxFrontEnd(wiring.Component):
             stored_ok = _delay(m, ofifo.stored.payload.ok, at_decide - 1, "ostored")
 
         # --- cycle 1 -> 2: length flags
-        lm1 = _delay(m, lm1_0, 1, "lm1")
+        lm1 = _delay(m, lm1_0, 1, "lm1", data_only=True)
         lf = {
             "runt14": _reg(m, lm1 < _ETH_HLEN - 1, "runt14_2"),
             "runt34": _reg(m, lm1 < _IP_END - 1, "runt34_2"),
@@ -309,8 +308,8 @@ class RxFrontEnd(wiring.Component):
             "eq60": _reg(m, lm1 == _MIN_FRAME - 1, "eq60_2"),
             "lm14": _reg(m, (lm1 - (_ETH_HLEN - 1))[:_LEN_BITS + 1], "lm14_2"),  # length - 14
         }
-        lf = {k: _delay(m, v, at_fields - 2, k) for k, v in lf.items()}
-        bad = _delay(m, beat.abort, at_fields, "bad")
+        lf = {k: _delay(m, v, at_fields - 2, k, data_only=True) for k, v in lf.items()}
+        bad = _delay(m, beat.abort, at_fields, "bad", data_only=True)
         ev = _delay(m, ev0, at_fields, "ev")
 
         # --- cycle 4 -> 5: field compares
@@ -319,7 +318,7 @@ class RxFrontEnd(wiring.Component):
         tl = ip.total_length
         ulen = udp.length
         c5 = {
-            "ev": _reg(m, ev, "ev_5"),
+            "ev": _delay(m, ev, 1, "ev_5"),
             "bad": _reg(m, bad, "bad_5"),
             "runt14": _reg(m, lf["runt14"], "runt14_5"),
             "runt34": _reg(m, lf["runt34"], "runt34_5"),
@@ -347,7 +346,6 @@ class RxFrontEnd(wiring.Component):
             "roce_len": _reg(m, ulen >= _ROCE_MIN_UDP, "roce_len_5"),
             "cm_len": _reg(m, ulen == _CM_UDP, "cm_len_5"),
         }
-        m.submodules.csum = csum = IPv4HeaderCheck()
         m.d.comb += [csum.i.valid.eq(ev), csum.i.payload.eq(ip)]
 
         # --- cycle 5 -> 6: UDP length; the rules as AND terms
@@ -357,7 +355,7 @@ class RxFrontEnd(wiring.Component):
             c["arp_fmt"] & c["arp_req"] & c["arp_tpa"]
         ip_path = l2_ok & ~c["et_arp"] & c["mac_ours"] & c["et_ip"]
         c6 = {
-            "ev": _reg(m, c["ev"], "ev_6"),
+            "ev": _delay(m, c["ev"], 1, "ev_6"),
             "bad": _reg(m, c["bad"], "bad_6"),
             "runt14": _reg(m, c["runt14"], "runt14_6"),
             "arp": _reg(m, arp_take, "arp_6"),
@@ -395,7 +393,7 @@ class RxFrontEnd(wiring.Component):
                      (udp_ok & ~c["p_roce"] & ~c["p_cm"]),
             "ipchk": c["ip_valid"],         # the outcome needs a good IPv4 checksum
         }
-        pre = {k: _reg(m, c["ev"] & v, f"pre_{k}_7") for k, v in pre_terms.items()}
+        pre = {k: _delay(m, c["ev"] & v, 1, f"pre_{k}_7") for k, v in pre_terms.items()}
         pre = {k: _delay(m, v, at_decide - at_pre, f"pre_{k}") for k, v in pre.items()}
 
         # --- the stream items, from the latched headers (cycle 4) to the decision
@@ -410,21 +408,20 @@ class RxFrontEnd(wiring.Component):
             roce_item.udp_length.eq(ulen), roce_item.bth.eq(ip_h.bth),
             roce_item.aeth.eq(ip_h.aeth), roce_item.bth_aeth_only.eq(ulen == _ACK_UDP),
         ]
-        arp_item = _delay(m, arp_item, at_decide - at_fields, "arp_item")
-        cm_item = _delay(m, cm_item, at_decide - at_fields, "cm_item")
-        roce_item = _delay(m, roce_item, at_decide - at_fields, "roce_item")
+        arp_item = _delay(m, arp_item, at_decide - at_fields, "arp_item", data_only=True)
+        cm_item = _delay(m, cm_item, at_decide - at_fields, "cm_item", data_only=True)
+        roce_item = _delay(m, roce_item, at_decide - at_fields, "roce_item", data_only=True)
 
         # --- cycle 10: checksum and iCRC verdicts, queues, final outcome
-        csum_ok = _delay(m, csum.o.payload.ok, at_decide - at_csum, "csum_ok")
+        csum_ok = _delay(m, csum.o.payload.ok, at_decide - at_csum, "csum_ok", data_only=True)
         icrc_ok = _delay(m, icrc.o.valid & icrc.o.payload.good, at_decide - icrc_at, "icrc_ok")
         csum_bad = Signal()
         m.d.comb += csum_bad.eq(pre["ipchk"] & ~csum_ok)
         out = {name: Signal(name=f"out_{name}") for name in RX_COUNTERS[1:]}
-        queues = {}
         for kind, item in (("arp", arp_item), ("cm", cm_item), ("roce", roce_item)):
             q = fifo.SyncFIFOBuffered(width=Value.cast(item).shape().width,
                                       depth=self._queue_depth)
-            m.submodules[f"{kind}_q"] = queues[kind] = q
+            m.submodules[f"{kind}_q"] = q
             go = Signal(name=f"{kind}_go")
             if kind == "roce":
                 m.d.comb += [go.eq(pre["roce"] & ~csum_bad & icrc_ok),
@@ -452,15 +449,15 @@ class RxFrontEnd(wiring.Component):
         else:
             m.d.comb += out["other_dropped"].eq(other_go)
         m.d.comb += out["ip_checksum"].eq(csum_bad)
-        for name in ("mac_bad", "runt", "ip_header", "ip_fragment", "ip_length", "udp_length",
-                     "roce_length", "cm_length"):
-            m.d.comb += out[name].eq(pre[name] & ~(csum_bad if name in (
-                "ip_length", "udp_length", "roce_length", "cm_length") else 0))
+        for name in ("mac_bad", "runt", "ip_header", "ip_fragment"):      # before the checksum
+            m.d.comb += out[name].eq(pre[name])
+        for name in ("ip_length", "udp_length", "roce_length", "cm_length"):  # after it
+            m.d.comb += out[name].eq(pre[name] & ~csum_bad)
 
         # --- counters, from the registered outcome
         ev_final = _delay(m, ev0, at_decide + 1, "ev_cnt")
         m.d.comb += self.counters.rx_frames.eq(event_counter(m, 32, ev_final, "cnt_rx_frames"))
         for name, sig in out.items():
             m.d.comb += self.counters[name].eq(
-                event_counter(m, 32, _reg(m, sig, f"outcome_{name}"), f"cnt_{name}"))
+                event_counter(m, 32, _delay(m, sig, 1, f"outcome_{name}"), f"cnt_{name}"))
         return m
