@@ -781,3 +781,51 @@ def test_frontend_random_mix_long(width, seed):
     frames = frame_mix(rng, 600, maxlen=1100)
     res = run_frontend(width, frames, seed, p_stall=0.3)
     check_run(res)
+
+
+def edge_frames(rng):
+    """Frames on every boundary of the rules: each length of a truncated CM frame, padded
+    60-byte frames with every interesting total length, UDP lengths around 8 / 24 / 28 / 72,
+    ARP packets of 41 and 42 bytes, checksum fields 0x0000 and 0xFFFF."""
+    frames = []
+    cm = cm_frame(rng)
+    frames += [cm[:k] for k in range(1, len(cm) + 1)]
+    for dport in (7, 4791, proto.CM_UDP_PORT):
+        base = ipv4_udp_frame(rng, dport=dport, body=random_frame(rng, 4))
+        assert len(base) == 60
+        for tl in (0, 19, 20, 27, 28, 31, 32, 33, 45, 46, 47):
+            frames.append(_set_ip(base, total_length=tl))
+        frames += [base[:59], base + b"\0"]
+        for ulen in (0, 7, 8, 9, 23, 24, 27, 28, 29, 71, 72, 73):
+            body = random_frame(rng, max(0, ulen - 8))
+            frames.append(ipv4_udp_frame(rng, dport=dport, body=body))
+            frames.append(ipv4_udp_frame(rng, dport=dport, body=body, udp={"length": ulen ^ 1}))
+    arp = arp_frame(rng)
+    frames += [arp[:41], arp[:42], arp[:43]]
+    # a header whose checksum may be written either way (sum of the other words 0xFFFF)
+    for csum in (0x0000, 0xFFFF):
+        f = bytearray(ipv4_udp_frame(rng, dport=7, body=bytes(4)))
+        ip = proto.IPV4.unpack(f, 14)
+        ip["checksum"] = 0
+        rest = sum(struct.unpack("!10H", proto.IPV4.pack(ip)))
+        while rest > 0xFFFF:
+            rest = (rest & 0xFFFF) + (rest >> 16)
+        ip["identification"] = (ip["identification"] + (0xFFFF - rest)) % 0xFFFF
+        ip["checksum"] = csum
+        f[14:34] = proto.IPV4.pack(ip)
+        frames.append(bytes(f))
+    return [(f, False) for f in frames]
+
+
+@pytest.mark.parametrize("width", FAST)
+def test_frontend_edges(width):
+    """Every boundary of the length, checksum and ARP rules, back to back: the hardware does
+    what the model says, frame for frame."""
+    rng = random.Random(width + 13)
+    frames = edge_frames(rng)
+    reasons = {model.classify(f, bad=b, local_mac=LOCAL_MAC, local_ip=LOCAL_IP).reason
+               for f, b in frames}
+    assert {"runt", "ip_length", "udp_length", "roce_length", "cm_length", "other", "arp",
+            "cm", "icrc"} <= reasons
+    res = run_frontend(width, frames, width + 14, p_stall=0, p_gap=1.0, p_idle=0)
+    check_run(res, exact=True)
