@@ -83,12 +83,33 @@ def status_layout(config):
 
 
 def gen_cmd_layout(config):
-    """Payload of the traffic generator's command stream (the connection manager's txmeta
-    command, PROTOCOL.md §7): ``start`` 1 (1 start, 0 stop), ``qp``, ``opcode`` 4
-    (:class:`WrOpcode`), ``length`` 32, ``count`` 32, ``period`` 32 (cycles between WRs),
-    ``remote_va`` 64 and ``r_key`` 32 (the QP's)."""
+    """Payload of the traffic generator's command stream (:class:`roce_hw.tx.generator.
+    TrafficGenerator`; the connection manager's txmeta command, PROTOCOL.md §7).
+
+    ==============  ==================  =========================================================
+    field           width               meaning
+    ==============  ==================  =========================================================
+    ``start``       1                   1: start a run (taken only while idle); 0: stop the run
+                                        (the other fields are then ignored)
+    ``qp``          ``qp_index_width``  QP index the work requests name
+    ``opcode``      4                   :class:`roce_hw.proto.WrOpcode` of every request
+    ``length``      32                  message length in bytes (0 to 2**31)
+    ``count``       32                  messages in the run (0 sends nothing)
+    ``period``      32                  least cycles from a request taken to the next offered
+                                        (0 and 1: back to back)
+    ``remote_va``   64                  ``remote_addr`` of message 0; message ``n`` gets
+                                        ``remote_va + n * length`` (mod 2**64)
+    ``r_key``       32                  ``r_key`` of every request
+    ==============  ==================  =========================================================
+    """
     config = check_config(config)
     return data.StructLayout({
-        "start": 1, "qp": qp_index_width(config.n_qp), "opcode": 4, "length": 32, "count": 32,
-        "period": 32, "remote_va": 64, "r_key": 32,
+        "start": 1,
+        "qp": qp_index_width(config.n_qp),
+        "opcode": 4,
+        "length": 32,
+        "count": 32,
+        "period": 32,
+        "remote_va": 64,
+        "r_key": 32,
     })

@@ -120,6 +120,8 @@ from dataclasses import dataclass
 from .. import proto
 from ..host import datagram as dg
 from ..proto import CmAck, CmReq, QPState, WrOpcode
+from .generator import GenCommand, generator_payload
+from .generator import generator_messages as model_generator_messages
 from .header import insert
 from .packet import ipv4_checksum
 
@@ -186,26 +188,19 @@ class GeneratorState:
                 "r_key": self.r_key}
 
 
-_RAMP = bytes(range(256))
-
-
-def generator_payload(n, length):
-    """Payload of generator message ``n``: byte k = (k + n) & 0xFF."""
-    start = n & 0xFF
-    ramp = _RAMP * ((start + length) // 256 + 1)
-    return ramp[start:start + length]
-
-
 def generator_messages(gen):
-    """The work requests a :class:`GeneratorState` posts, in order: ``dict``\\ s with
-    ``wr_id``, ``opcode``, ``length``, ``imm`` (``None`` unless a *_WITH_IMM opcode),
-    ``remote_addr``, ``r_key``, ``payload``."""
+    """The work requests a :class:`GeneratorState` posts, in order (the generator's model,
+    :mod:`roce_hw.model.generator`): ``dict``\\ s with ``wr_id``, ``opcode``, ``length``, ``imm``
+    (``None`` unless a *_WITH_IMM opcode: what the host sees), ``remote_addr``, ``r_key``,
+    ``payload``."""
     imm = gen.opcode in (WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE_WITH_IMM)
-    return [{"wr_id": n, "opcode": gen.opcode, "length": gen.length,
-             "imm": n if imm else None,
-             "remote_addr": (gen.remote_va + n * gen.length) & ((1 << 64) - 1),
-             "r_key": gen.r_key, "payload": generator_payload(n, gen.length)}
-            for n in range(gen.count)]
+    cmd = GenCommand(**gen.cmd())
+    out = []
+    for wr, payload in model_generator_messages(cmd):
+        out.append({"wr_id": wr["wr_id"], "opcode": gen.opcode, "length": wr["length"],
+                    "imm": wr["imm"] if imm else None, "remote_addr": wr["remote_addr"],
+                    "r_key": wr["r_key"], "payload": payload})
+    return out
 
 
 def open_row(index, *, remote_qpn, remote_mac, remote_ip, next_psn, remote_va, r_key, rq_psn,

@@ -8,15 +8,15 @@ from amaranth.lib.wiring import In, Out
 from .. import layouts, proto
 from ..config import check_config
 from ..lib.arith import event_counter
+from ..model.cm import COUNTERS
 from ..qp_state import QP_CONTEXT, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
 from ..verbs import gen_cmd_layout
 
 __all__ = ["CM_COUNTERS", "cm_req_layout", "cm_reply_layout", "cm_counters_layout", "CmResponder"]
 
-#: The connection manager's counters: requests obeyed, then one per reason of refusal (the
-#: behaviour and the reasons are specified in :mod:`roce_hw.model.cm`).
-CM_COUNTERS = ("ok", "bad_flags", "bad_txmeta", "bad_port", "bad_field", "bad_req", "bad_qpn",
-               "in_use", "bad_state", "not_owner", "no_qp", "busy")
+#: The connection manager's counters: requests obeyed, then one per reason of refusal (named
+#: and specified once, in the model :mod:`roce_hw.model.cm`).
+CM_COUNTERS = COUNTERS
 
 
 def cm_req_layout():

@@ -3,48 +3,16 @@
 txmeta command (bring-up with no user logic, as in the reference design)."""
 
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
 from ..lib.arith import FastCounter
 from ..lib.stream import PacketSignature
 from ..qp_state import qp_index_width
-from ..verbs import wr_layout
+from ..verbs import gen_cmd_layout, wr_layout
 
-__all__ = ["gen_cmd_layout", "TrafficGenerator"]
-
-
-def gen_cmd_layout(config):
-    """Payload of the generator's command stream.
-
-    ==============  ==================  =========================================================
-    field           width               meaning
-    ==============  ==================  =========================================================
-    ``start``       1                   1: start a run (taken only while idle); 0: stop the run
-                                        (the other fields are then ignored)
-    ``qp``          ``qp_index_width``  QP index the work requests name
-    ``opcode``      4                   :class:`roce_hw.proto.WrOpcode` of every request
-    ``length``      32                  message length in bytes (0 to 2**31)
-    ``count``       32                  messages in the run (0 sends nothing)
-    ``period``      32                  least cycles from a request taken to the next offered
-                                        (0 and 1: back to back)
-    ``remote_va``   64                  ``remote_addr`` of message 0; message ``n`` gets
-                                        ``remote_va + n * length`` (mod 2**64)
-    ``r_key``       32                  ``r_key`` of every request
-    ==============  ==================  =========================================================
-    """
-    config = check_config(config)
-    return data.StructLayout({
-        "start": 1,
-        "qp": qp_index_width(config.n_qp),
-        "opcode": 4,
-        "length": 32,
-        "count": 32,
-        "period": 32,
-        "remote_va": 64,
-        "r_key": 32,
-    })
+__all__ = ["gen_cmd_layout", "TrafficGenerator"]   # gen_cmd_layout: from roce_hw.verbs
 
 
 class TrafficGenerator(wiring.Component):
