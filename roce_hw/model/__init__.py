@@ -1,4 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Pure-Python golden models (no Amaranth import): packets, iCRC, PSN arithmetic, segmentation."""
+"""Pure-Python golden models (no Amaranth import), mirroring the hardware: packets, iCRC, PSN
+arithmetic, headers, segmentation, the QP table, the requester (TX), the RX front end, the
+connection manager and the traffic generator."""
 
-__all__ = ["icrc", "psn", "segment", "packet"]
+__all__ = ["cm", "generator", "header", "icrc", "packet", "psn", "qp_state", "requester", "rx",
+           "segment"]
