@@ -159,3 +159,71 @@ def test_engine_bring_up(width):
     assert replies == want_replies
     assert data == want_data
     assert other_out == want_other
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_other_traffic_at_full_tx_rate(width):
+    """Other protocols arrive back to back while the generator sends at full rate: they leave
+    on rx_other byte for byte, and the data frames on tx have no idle cycle between their beats
+    nor between frames (the same utilisation as without RX traffic)."""
+    rng = random.Random(3 * width)
+    cfg = EngineConfig(data_width=width, n_qp=2)
+    dut = RoceEngine(cfg)
+    nbytes = width // 8
+    count, length = 6, 3000
+    others = [f for _ in range(6) for f in other_frames(rng)]
+    setup = [cm_frame(ref_dgram(1, loc_qpn=0x11)),
+             cm_frame(ref_dgram(3, loc_qpn=0x11, rem_qpn=256, rem_psn=100))]
+    start = cm_frame(ref_dgram(0, loc_qpn=0x11, rem_qpn=256, tx=(0b1011, length, count, 0)))
+    beats = []                          # (cycle, is a data beat, last)
+    other_out = []
+    now = [0]                           # the tx sink's cycle count
+    window = []                         # cycles the other frames started / finished going in
+    n_data_frames = count * -(-length // 1024)
+
+    async def driver(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        for f in setup:
+            await send_packet(ctx, dut.rx, f, width)
+            for _ in range(300):
+                await ctx.tick()
+        await send_packet(ctx, dut.rx, start, width)
+        for _ in range(60):
+            await ctx.tick()
+        window.append(now[0])
+        for f in others:                # back to back, while the data goes out
+            await send_packet(ctx, dut.rx, f, width)
+        window.append(now[0])
+
+    async def tx_sink(ctx):
+        ctx.set(dut.tx.ready, 1)
+        cycle, frame, data_frames = 0, bytearray(), 0
+        while data_frames < n_data_frames:
+            _, _, valid, p = await ctx.tick().sample(dut.tx.valid, dut.tx.payload)
+            cycle += 1
+            now[0] = cycle
+            if not valid:
+                continue
+            frame += int(p.data).to_bytes(nbytes, "little")
+            beats.append([cycle, None, bool(p.last)])
+            if p.last:
+                data = not is_reply(bytes(frame))
+                for b in beats[::-1]:
+                    if b[1] is not None:
+                        break
+                    b[1] = data
+                data_frames += data
+                frame = bytearray()
+
+    async def other_sink(ctx):
+        while len(other_out) < len(others):
+            other_out.append(await recv_packet(ctx, dut.rx_other, width))
+
+    run_simulation(dut, [driver, tx_sink, other_sink], cycles=40000)
+    assert other_out == others
+    data_cycles = [c for c, data, _ in beats if data]
+    # the other frames really went in while the data went out
+    assert data_cycles[0] < window[0] and window[1] < data_cycles[-1], (window, data_cycles[0])
+    assert len(data_cycles) == data_cycles[-1] - data_cycles[0] + 1, \
+        "idle cycles inside the data traffic"
