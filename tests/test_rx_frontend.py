@@ -691,12 +691,13 @@ def test_frontend_queue_full(width):
 
 @pytest.mark.parametrize("width", FAST)
 def test_frontend_without_other(width):
-    """``rx_other=False``: no ``other`` stream; those frames are dropped and counted."""
+    """``rx_other=False``: no ``other`` stream; those frames are dropped and counted. (Queues
+    of one entry.)"""
     rng = random.Random(width + 8)
     frames = frame_mix(rng, 50, maxlen=60)
     dut = RxFrontEnd(EngineConfig(data_width=width), rx_other=False)
     assert "other" not in dut.signature.members
-    res = run_frontend(width, frames, width + 9, rx_other=False)
+    res = run_frontend(width, frames, width + 9, rx_other=False, queue_depth=1)
     want = check_run(res, rx_other=False)
     assert want["other"]
 

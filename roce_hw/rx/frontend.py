@@ -110,7 +110,8 @@ class RxFrontEnd(wiring.Component):
     counted).
 
     "Other" frames leave on ``other`` byte for byte as received (same beats, ``data`` lanes
-    beyond ``keep`` included, ``keep``, ``first``, ``last``), in order, from a store-and-forward
+    beyond ``keep`` included, ``keep``, ``first``, ``last``; ``abort`` as received, hence 0: a
+    frame the MAC flagged bad is dropped), in order, from a store-and-forward
     FIFO (:class:`~roce_hw.lib.deferred_fifo.DeferredFrameFifo`, ``other_bytes`` of storage) so
     the user may stall ``other``; a frame that does not fit is dropped whole and counted
     (``other_dropped``). A frame starts on ``other`` only after it was checked whole. With
