@@ -17,6 +17,9 @@ __all__ = ["desc_layout", "header_bytes", "Segmenter"]
 _PMTU_CODES = tuple(int(c) for c in proto.PMTU_BYTES)          # 1..5
 _WRITES = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
 _WITH_IMM = (proto.WrOpcode.RDMA_WRITE_WITH_IMM, proto.WrOpcode.SEND_WITH_IMM)
+#: The work-request opcodes the segmenter sends (the others are refused).
+_WR_OPS = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM, proto.WrOpcode.SEND,
+           proto.WrOpcode.SEND_WITH_IMM)
 
 
 def header_bytes(*headers):
@@ -170,13 +173,17 @@ class Segmenter(wiring.Component):
         return m
 
     # ------------------------------------------------------------------ lengths
-    def _last_lengths(self, m, rem, reth, imm, name, opcode=None):
+    def _last_lengths(self, m, rem, reth, imm, name, opcode=None, any_of=None):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, a constant of the header variant and "``rem`` is not
         a multiple of 4" as its carry in. The variant is given by ``reth``/``imm``; or by a WR
         ``opcode``, in which case one adder per variant (constant operand) runs in parallel and
-        the opcode picks the sum (the opcode decode stays off the carry chain)."""
+        the opcode picks the sum (the opcode decode stays off the carry chain). ``any_of(lo,
+        hi)`` is "``rem[lo:hi]`` is not zero" (``rem[lo:hi].any()`` if not given)."""
+        if any_of is None:
+            def any_of(lo, hi):
+                return rem[lo:hi].any()
         nz = Signal(name=f"{name}_nz4")
         m.d.comb += nz.eq(rem[0] | rem[1])
         tl = Signal(16, name=f"{name}_tl")
@@ -204,15 +211,21 @@ class Segmenter(wiring.Component):
                     m.d.comb += [st.eq(rem[2:13] + words + nz),
                                  su.eq(rem[2:13] + (words - udp_words) + nz)]
                     sums[v_reth, v_imm] = (st, su)
-            with m.Switch(opcode):
-                for op in proto.WrOpcode:
+            # (on the opcode's two low bits: an opcode past SEND_WITH_IMM is refused, its
+            # lengths do not matter, and the select stays one LUT)
+            with m.Switch(opcode[:2]):
+                for op in _WR_OPS:
                     with m.Case(int(op)):
                         st, su = sums[int(op in _WRITES), int(op in _WITH_IMM)]
                         m.d.comb += [t4.eq(st), u4.eq(su)]
         m.d.comb += [
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
-            beats.eq((rem[:13] + (self._n - 1)) >> self._lg),
         ]
+        # beats = ceil(rem / n): the low bits only as an OR into the carry in (an adder over
+        # them would hand their OR to other logic as a carry output, two cells deep)
+        lo_nz = Signal(name=f"{name}_lo_nz")
+        m.d.comb += [lo_nz.eq(any_of(0, self._lg)),
+                     beats.eq(rem[self._lg:13] + lo_nz)]
         return tl, ul, beats
 
     def _pre_shapes(self):
@@ -234,28 +247,48 @@ class Segmenter(wiring.Component):
         m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
-    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None):
+    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
         :meth:`_pre_shapes`), computed before the PMTU is known. ``hz`` is "``rem[14:]`` is
         zero" (computed here if not given): every test below then looks at 14 bits at most,
-        which keeps Yosys from chaining the wide zero tests."""
+        which keeps Yosys from chaining the wide zero tests. ``nib``, if given, are registered
+        "``rem[4 i:4 i + 4]`` is not zero" flags for the nibbles below bit 16, which the zero
+        tests then use in place of the bits: no test is more than one LUT of its inputs, and
+        no prefix OR is left for the mapper to chain."""
         if hz is None:
             hz = Signal(name=f"{name}_hz")
             m.d.comb += hz.eq(~rem[_HZ:].any())
+
+        def any_of(lo, hi):
+            """``rem[lo:hi]`` is not zero (``hi`` <= 14)."""
+            if nib is None or hi <= lo:
+                return rem[lo:hi].any()
+            terms = []
+            b = lo
+            while b < hi:
+                if b % 4 == 0 and b + 4 <= hi:
+                    terms.append(nib[b // 4])
+                    b += 4
+                else:
+                    terms.append(rem[b])
+                    b += 1
+            return Cat(*terms).any()
+
         out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
                "nz": Signal(name=f"{name}_nz")}
         out["qeq"] = Signal(3 * len(_PMTU_CODES), name=f"{name}_qeq")
         for i, c in enumerate(_PMTU_CODES):
             k = 7 + c
             # rem <= 2**k
-            m.d.comb += out["le"][i].eq(hz & ~rem[k + 1:_HZ].any() &
-                                        (~rem[k] | ~rem[:k].any()))
+            m.d.comb += out["le"][i].eq(hz & ~any_of(k + 1, _HZ) &
+                                        (~rem[k] | ~any_of(0, k)))
             # full packets of the message (rem >> k) equal to 1, 2, 3
             for j in (1, 2, 3):
-                m.d.comb += out["qeq"][3 * i + j - 1].eq(hz & ~rem[k + 2:_HZ].any() &
+                m.d.comb += out["qeq"][3 * i + j - 1].eq(hz & ~any_of(k + 2, _HZ) &
                                                          (rem[k:k + 2] == j))
-        m.d.comb += out["nz"].eq(~hz | rem[:_HZ].any())
-        out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode)
+        m.d.comb += out["nz"].eq(~hz | any_of(0, _HZ))
+        out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode,
+                                                                any_of=any_of)
         out["pk"], out["lik"] = self._keeps(m, rem, name)
         return out
 
@@ -357,12 +390,16 @@ class Segmenter(wiring.Component):
         m.d.comb += acc.eq(Cat(C(1, 1), lsh[:12]) + Cat(~borrow, ~off[:12]))
         part = Signal(13, name="res_part")
         m.d.comb += part.eq(Cat(acc[1:13], ~acc[13]))
-        m.d.sync += zero.eq(~a["rem"].any())
-        # ("rem's high part is zero" registered first: a_rem is final from step 4, this from
-        # step 5, the precomputes below from step 6; they are taken at step 7)
+        # The precomputes from the rest in two register stages: a_rem is final from step 5;
+        # its low bits, "the high part is zero" and "nibble i is not zero" registered from
+        # step 6 (`zero` is then one LUT of them); the precomputes from step 7, taken at step 8.
+        r_rem = Signal(_HZ, name="res_rem")
         r_hz = Signal(name="res_hz")
-        m.d.sync += r_hz.eq(~a["rem"][_HZ:].any())
-        pre_r = self._precompute(m, a["rem"], a["reth"], a["imm"], "r", hz=r_hz)
+        r_nib = [Signal(name=f"res_nib{i}") for i in range(4)]
+        m.d.sync += [r_rem.eq(a["rem"][:_HZ]), r_hz.eq(~a["rem"][_HZ:].any())]
+        m.d.sync += [r_nib[i].eq(a["rem"][4 * i:4 * i + 4].any()) for i in range(4)]
+        m.d.comb += zero.eq(r_hz & ~Cat(*r_nib).any())
+        pre_r = self._precompute(m, r_rem, a["reth"], a["imm"], "r", hz=r_hz, nib=r_nib)
         with m.If(going):
             m.d.sync += step.eq(step.rotate_left(1))
         with m.If(going & step[0]):
@@ -372,12 +409,13 @@ class Segmenter(wiring.Component):
                          off.eq(off[12:]), lsh.eq(lsh[12:])]
         with m.If(going & step[4]):
             m.d.sync += a["rem"].eq(Mux(borrow, 0, rest[:32]))
-        # not a packet of the message: past its end, or past byte 0 of a 0-byte one
+        # not a packet of the message: past its end (a_rem is 0 then), or past byte 0 of a
+        # 0-byte one
         with m.If(going & step[6] & (borrow | (zero & ~a["first"]))):
-            m.d.sync += [a["bad_res"].eq(1), a["rem"].eq(0)]
+            m.d.sync += a["bad_res"].eq(1)
         with m.If(going & step[7]):
             m.d.sync += [a["ready"].eq(1)]
-        # (computed every cycle from a_rem, which no longer changes after step 6)
+        # (computed every cycle from res_*, which no longer change after step 6)
         m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
 
     # ------------------------------------------------------------------ emit
@@ -489,10 +527,11 @@ class Segmenter(wiring.Component):
         # a partial last packet's lengths: constant per message, registered the cycle after the
         # load (the first advance comes two cycles after it at the earliest)
         r_len = self._last_lengths(m, r, C(0, 1), has_imm, "p")
-        r_keeps = self._keeps(m, r, "p")
+        # its keep masks are the first packet's (functions of the byte count's low lg bits,
+        # which a PMTU, a whole number of beats, leaves alone): loaded with it
+        assert all((128 << c) % n == 0 for c in _PMTU_CODES)
         r_pk = Signal(self._n, name="m_r_pk")
         r_lik = Signal(self._n, name="m_r_lik")
-        m.d.sync += [r_pk.eq(r_keeps[0]), r_lik.eq(r_keeps[1])]
         r_tl = Signal(16, name="m_r_tl")
         r_ul = Signal(16, name="m_r_ul")
         r_beats = Signal(len(r_len[2]), name="m_r_beats")
@@ -562,7 +601,7 @@ class Segmenter(wiring.Component):
                 d.remote_mac.eq(row.remote_mac), d.remote_ip.eq(row.remote_ip),
                 d.udp_sport.eq(row.udp_sport), d.dscp.eq(row.dscp), d.ecn.eq(row.ecn),
                 eq1.eq(l_eq[0]), eq2.eq(l_eq[1]), eq3.eq(l_eq[2]),
-                r.eq(l_r), r_nz.eq(l_r != 0),
+                r.eq(l_r), r_nz.eq(l_r != 0), r_pk.eq(pre["pk"]), r_lik.eq(pre["lik"]),
                 pmtu_b.eq(l_pmtu_b), pmtu_beats.eq(l_pmtu_b >> lg),
                 full["tl"].eq(l_full["tl"]), full["ul"].eq(l_full["ul"]),
                 full["tl_i"].eq(l_full["tl_i"]), full["ul_i"].eq(l_full["ul_i"]),
