@@ -9,7 +9,31 @@ from amaranth.lib.wiring import In, Out
 from .. import layouts, proto
 from .arith import FastCounter
 
-__all__ = ["IPv4Checksum", "IPv4Identification"]
+__all__ = ["header_word_sum", "IPv4Checksum", "IPv4Identification"]
+
+
+def header_word_sum(m, value, valid):
+    """The sum of the ten big-endian 16-bit words of an IPv4 header ``value`` (a
+    :data:`roce_hw.layouts.IPV4` value: ``as_value()`` is big-endian by construction, word 0 in
+    its top bits), by a tree of two-input adders with one register stage per level: every stage
+    is one adder of at most 20 bits. Returns ``(sum, valid, stages)``: the 20-bit sum and
+    ``valid`` delayed by the ``stages`` register stages."""
+    nwords = proto.IPV4.size // 2
+    level = [value.word_select(nwords - 1 - k, 16) for k in range(nwords)]
+    stage = 0
+    while len(level) > 1:
+        nxt = []
+        for k in range(0, len(level), 2):
+            s = Signal(len(level[k]) + 1, name=f"sum{stage}_{k // 2}")
+            if k + 1 < len(level):
+                m.d.sync += s.eq(level[k] + level[k + 1])
+            else:
+                m.d.sync += s.eq(level[k])
+            nxt.append(s)
+        v_next = Signal(name=f"valid{stage}")
+        m.d.sync += v_next.eq(valid)
+        level, valid, stage = nxt, v_next, stage + 1
+    return level[0], valid, stage
 
 
 class IPv4Checksum(wiring.Component):
@@ -42,33 +66,14 @@ class IPv4Checksum(wiring.Component):
         m = Module()
         hdr = Signal(layouts.IPV4)
         m.d.comb += [hdr.eq(self.i.payload), hdr.checksum.eq(0)]
-        # the header as ten big-endian words: `as_value()` is big-endian by construction
-        # (roce_hw.layouts.network_struct), word 0 in its top bits
-        v = hdr.as_value()
-        nwords = proto.IPV4.size // 2
-        level = [v.word_select(nwords - 1 - k, 16) for k in range(nwords)]
-        valid = self.i.valid
-        stage = 0
-        while len(level) > 1:
-            nxt = []
-            for k in range(0, len(level), 2):
-                s = Signal(len(level[k]) + 1, name=f"sum{stage}_{k // 2}")
-                if k + 1 < len(level):
-                    m.d.sync += s.eq(level[k] + level[k + 1])
-                else:
-                    m.d.sync += s.eq(level[k])
-                nxt.append(s)
-            v_next = Signal(name=f"valid{stage}")
-            m.d.sync += v_next.eq(valid)
-            level, valid, stage = nxt, v_next, stage + 1
+        total, valid, stages = header_word_sum(m, hdr.as_value(), self.i.valid)
         # end-around carry: sum < 2**20, so high part + low 16 bits < 2**17, and one more
         # carry of that fits in 16 bits (RFC 1071)
-        total = level[0]
         f1 = Signal(17, name="fold1")
         f1_valid = Signal(name="fold1_valid")
         m.d.sync += [f1.eq(total[:16] + total[16:]), f1_valid.eq(valid)]
         m.d.sync += [self.o.payload.eq(~(f1[:16] + f1[16])[:16]), self.o.valid.eq(f1_valid)]
-        assert stage + 2 == self.latency
+        assert stages + 2 == self.latency
         return m
 
 

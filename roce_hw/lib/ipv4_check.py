@@ -5,7 +5,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import layouts, proto
+from .. import layouts
+from .ipv4 import header_word_sum
 
 __all__ = ["IPv4HeaderCheck"]
 
@@ -42,29 +43,10 @@ class IPv4HeaderCheck(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # the header as ten big-endian words: `as_value()` is big-endian by construction
-        # (roce_hw.layouts.network_struct), word 0 in its top bits
-        v = Value.cast(self.i.payload)
-        nwords = proto.IPV4.size // 2
-        level = [v.word_select(nwords - 1 - k, 16) for k in range(nwords)]
-        valid = self.i.valid
-        stage = 0
-        while len(level) > 1:
-            nxt = []
-            for k in range(0, len(level), 2):
-                s = Signal(len(level[k]) + 1, name=f"sum{stage}_{k // 2}")
-                if k + 1 < len(level):
-                    m.d.sync += s.eq(level[k] + level[k + 1])
-                else:
-                    m.d.sync += s.eq(level[k])
-                nxt.append(s)
-            v_next = Signal(name=f"valid{stage}")
-            m.d.sync += v_next.eq(valid)
-            level, valid, stage = nxt, v_next, stage + 1
-        total = level[0]
+        total, valid, stages = header_word_sum(m, Value.cast(self.i.payload), self.i.valid)
         fold = Signal(17)
         fold_valid = Signal()
         m.d.sync += [fold.eq(total[:16] + total[16:]), fold_valid.eq(valid)]
         m.d.sync += [self.o.payload.ok.eq(fold == 0xFFFF), self.o.valid.eq(fold_valid)]
-        assert stage + 2 == self.latency
+        assert stages + 2 == self.latency
         return m
