@@ -56,12 +56,30 @@ class FastCounter:
             stmts.append(f.eq(self.value[:lo] == target))
         return stmts
 
-    def load(self, x):
-        """Statements: load ``x``."""
+    def load_flags(self, m, x, name):
+        """The look-ahead flags a load of ``x`` sets, as a list of signals (comb in ``m``).
+
+        For a value chosen among several sources: compute the flags of every source with this
+        and choose them with the same select as the value (:meth:`load` ``flags=``), so no
+        comparator sits after the select."""
+        x = Value.cast(x)
+        out = []
+        for lo in self._flags:
+            f = Signal(name=f"{name}_f{lo}")
+            m.d.comb += f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1))
+            out.append(f)
+        return out
+
+    def load(self, x, flags=None):
+        """Statements: load ``x``; ``flags``: its :meth:`load_flags` (computed here if not
+        given)."""
         x = Value.cast(x)
         stmts = [self.value.eq(x)]
-        for lo, f in self._flags.items():
-            stmts.append(f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1)))
+        for k, (lo, f) in enumerate(self._flags.items()):
+            if flags is None:
+                stmts.append(f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1)))
+            else:
+                stmts.append(f.eq(flags[k]))
         return stmts
 
 

@@ -490,6 +490,18 @@ class Segmenter(wiring.Component):
         m.d.comb += l_psn.eq(Mux(a["res"], a["spsn"],
                                  Mux(wb_hit, self.wb.psn,
                                      Mux(a["hit"], a["hpsn"], row.next_psn))))
+        # the counters' look-ahead flags of every source, chosen like the value
+        wb_f = psn.load_flags(m, self.wb.psn, "wb_psn")
+        l_psn_f = [Signal(name=f"l_psn_f{k}") for k in range(len(wb_f))]
+        for k, (fs, fh, fr) in enumerate(zip(psn.load_flags(m, a["spsn"], "a_spsn"),
+                                             psn.load_flags(m, a["hpsn"], "a_hpsn"),
+                                             psn.load_flags(m, row.next_psn, "row_psn"))):
+            m.d.comb += l_psn_f[k].eq(Mux(a["res"], fs, Mux(wb_hit, wb_f[k], Mux(a["hit"], fh,
+                                                                                  fr))))
+        q_f = [q.load_flags(m, a["rem"][7 + c:], f"a_q{c}") for c in _PMTU_CODES]
+        l_q_f = [Signal(name=f"l_q_f{k}") for k in range(len(q_f[0]))]
+        for k in range(len(l_q_f)):
+            _select(m, code, [f[k] for f in q_f], l_q_f[k])
         # lengths of full packets: constants chosen by the PMTU code (and the variant)
         l_full = {}
         for key, (reth, imm) in {"tl": (0, 0), "ul": (0, 0), "tl_i": (0, 1), "ul_i": (0, 1),
@@ -567,7 +579,7 @@ class Segmenter(wiring.Component):
 
         # refresh of a waiting first descriptor by a write-back of its QP
         with m.If(d_valid & d.first & ~d.refused & self.wb.valid & (self.wb.qp == d.qp)):
-            m.d.sync += psn.load(self.wb.psn)
+            m.d.sync += psn.load(self.wb.psn, wb_f)
             with m.If(self.wb.err):
                 m.d.sync += [d.refuse.eq(WcStatus.LOC_QP_OP_ERR), d.refused.eq(1),
                              d.last.eq(1)]
@@ -575,7 +587,7 @@ class Segmenter(wiring.Component):
             m.d.sync += [d_valid.eq(0), adv.eq(0)]
 
         with m.If(load):
-            m.d.sync += psn.load(l_psn) + index.load(a["spkt"]) + q.load(l_q)
+            m.d.sync += psn.load(l_psn, l_psn_f) + index.load(a["spkt"]) + q.load(l_q, l_q_f)
             m.d.sync += [
                 d_valid.eq(1), tag.eq(~tag),
                 d.qp.eq(w.qp), d.wr_id.eq(w.wr_id), d.tag.eq(tag), d.refuse.eq(refuse),
