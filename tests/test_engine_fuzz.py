@@ -895,9 +895,9 @@ def test_fuzz_engine_64(seq):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("width,examples", [(64, 75), (512, 75)])
+@pytest.mark.parametrize("width,examples", [(64, 90), (512, 90)])
 def test_fuzz_engine_slow(width, examples):
-    """More than 10,000 frames in total: at 64 and 512 bits, 75 sequences of 40 to 100 frames
+    """More than 10,000 frames in total: at 64 and 512 bits, 90 sequences of 40 to 100 frames
     each (plus prefix and last OPEN), other sequences for each width (fixed seeds)."""
     @seed(20_000 + width)
     @settings(FUZZ, derandomize=False, max_examples=examples)

@@ -56,6 +56,11 @@ class FastCounter:
             stmts.append(f.eq(self.value[:lo] == target))
         return stmts
 
+    @property
+    def flag_bits(self):
+        """The bit positions of the look-ahead flags (the chunk boundaries), low first."""
+        return tuple(self._flags)
+
     def load_flags(self, m, x, name):
         """The look-ahead flags a load of ``x`` sets, as a list of signals (comb in ``m``).
 

@@ -76,6 +76,9 @@ def desc_layout(config):
     })
 
 
+#: Chunk of the packet counter (its one look-ahead flag: the low 12 bits are zero).
+_Q_CHUNK = 12
+
 #: Bit from which a byte count's high part is tested as one registered "all zero" flag.
 _HZ = 14
 
@@ -230,21 +233,46 @@ class Segmenter(wiring.Component):
 
     def _pre_shapes(self):
         n = self._n
-        return [("le", len(_PMTU_CODES)), ("qeq", 3 * len(_PMTU_CODES)), ("nz", 1),
+        return [("le", len(_PMTU_CODES)), ("nz", 1),
                 ("tl", 16), ("ul", 16),
-                ("beats", 13 - self._lg), ("pk", n), ("lik", n)]
+                ("beats", 13 - self._lg)]
 
-    def _keeps(self, m, rem, name):
-        """``keep`` of the payload bytes in the last beat of a ``rem``-byte last packet, and the
-        same rounded up to 4 bytes (PadCnt): functions of ``rem``'s low bits only."""
+    def _keep_decode(self, m, length, name):
+        """Registered compares of a byte count's low ``lg`` bits (``cnt``, the bytes in a last
+        beat, 0 meaning all), from which :meth:`_keep_lanes` builds the keep masks: ``cnt ==
+        0``, and ``cnt > j`` split as ``hi > a | (hi == a & lo > b)`` for lane ``j = 8 a + b``
+        (``lo = cnt[:3]``, ``hi = cnt[3:]``). Each is a function of at most 4 bits."""
         n, lg = self._n, self._lg
-        cnt = rem[:lg]                       # bytes in the last beat, 0 meaning n
+        cnt = length[:lg]
+        lo, hi = cnt[:3], cnt[3:]
+        na = n // 8
+        k = {"z": Signal(name=f"{name}_z"),
+             "gt_hi": [Signal(name=f"{name}_gth{a}") for a in range(na)],
+             "eq_hi": [Signal(name=f"{name}_eqh{a}") for a in range(na)],
+             "gt_lo": [Signal(name=f"{name}_gtl{b}") for b in range(8)]}
+        m.d.sync += k["z"].eq(cnt == 0)
+        # (no compare against the largest value: it would be constant)
+        m.d.sync += [k["gt_lo"][b].eq(lo > b if b < 7 else 0) for b in range(8)]
+        for a_ in range(na):
+            if len(hi):
+                m.d.sync += [k["gt_hi"][a_].eq(hi > a_ if a_ < na - 1 else 0),
+                             k["eq_hi"][a_].eq(hi == a_)]
+            else:
+                m.d.sync += [k["gt_hi"][a_].eq(0), k["eq_hi"][a_].eq(1)]
+        return k
+
+    def _keep_lanes(self, m, k, name):
+        """``keep`` of the payload bytes in the last beat (``pk``) and the same rounded up to 4
+        bytes (``lik``, PadCnt) from :meth:`_keep_decode` flags: one LUT per lane."""
+        n = self._n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        # a shifted mask (a multiplexer tree, no comparator); the padded keep is the payload keep
-        # with every 4-byte group that has a byte filled
-        m.d.comb += pk.eq(Mux(cnt.any(), ~(Const((1 << n) - 1, n) << cnt)[:n], (1 << n) - 1))
-        m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
+        for j in range(n):
+            i = j & ~3
+            m.d.comb += [
+                pk[j].eq(k["z"] | k["gt_hi"][j >> 3] | (k["eq_hi"][j >> 3] & k["gt_lo"][j & 7])),
+                lik[j].eq(k["z"] | k["gt_hi"][i >> 3] | (k["eq_hi"][i >> 3] & k["gt_lo"][i & 7])),
+            ]
         return pk, lik
 
     def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None):
@@ -276,20 +304,14 @@ class Segmenter(wiring.Component):
 
         out = {"le": Signal(len(_PMTU_CODES), name=f"{name}_le"),
                "nz": Signal(name=f"{name}_nz")}
-        out["qeq"] = Signal(3 * len(_PMTU_CODES), name=f"{name}_qeq")
         for i, c in enumerate(_PMTU_CODES):
             k = 7 + c
             # rem <= 2**k
             m.d.comb += out["le"][i].eq(hz & ~any_of(k + 1, _HZ) &
                                         (~rem[k] | ~any_of(0, k)))
-            # full packets of the message (rem >> k) equal to 1, 2, 3
-            for j in (1, 2, 3):
-                m.d.comb += out["qeq"][3 * i + j - 1].eq(hz & ~any_of(k + 2, _HZ) &
-                                                         (rem[k:k + 2] == j))
         m.d.comb += out["nz"].eq(~hz | any_of(0, _HZ))
         out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode,
                                                                 any_of=any_of)
-        out["pk"], out["lik"] = self._keeps(m, rem, name)
         return out
 
     # ------------------------------------------------------------------ accept
@@ -358,6 +380,18 @@ class Segmenter(wiring.Component):
             m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
         with m.Elif(a["take"]):
             m.d.sync += a["valid"].eq(0)
+        # The keep-mask compares and the packet counter's load flags per PMTU, one register set
+        # for both kinds of request: from the WR port while the accept register is empty, then
+        # from the request taken (a resume's rest has its length's low bits; its a_rem is final
+        # from step 5).
+        lg = self._lg
+        k_src = Signal(lg)
+        m.d.comb += k_src.eq(Mux(a["valid"], a["wr"].length[:lg], length[:lg]))
+        a["keep"] = self._keep_decode(m, k_src, "a_k")
+        q_src = Signal(32)
+        m.d.comb += q_src.eq(Mux(a["valid"], a["rem"], length))
+        a["qz"] = {c: Signal(name=f"a_qz{c}") for c in _PMTU_CODES}
+        m.d.sync += [a["qz"][c].eq(q_src[7 + c:7 + c + _Q_CHUNK] == 0) for c in _PMTU_CODES]
         # the newest write-back of the request's QP, looked up again every cycle it waits (the
         # result is for the request in the accept register unless that one was replaced)
         m.d.comb += self.fwd_qp.eq(Mux(a["valid"], a["wr"].qp, wr_in.qp))
@@ -428,7 +462,8 @@ class Segmenter(wiring.Component):
         d_valid = Signal(name="d_valid")
         adv = Signal(name="adv")                    # make the message's next descriptor now
         # the message beyond the descriptor
-        q = FastCounter(m, 24, "m_q", down=True)    # full PMTU packets left, d's included
+        q = FastCounter(m, 24, "m_q", down=True, chunk=_Q_CHUNK)  # full PMTU packets left,
+        assert q.flag_bits == (_Q_CHUNK,)                         # d's included
         psn = FastCounter(m, 24, "psn")             # d's PSN
         index = FastCounter(m, 23, "index")         # d's packet index
         eq1 = Signal(name="m_q_eq1")
@@ -498,10 +533,9 @@ class Segmenter(wiring.Component):
                                              psn.load_flags(m, row.next_psn, "row_psn"))):
             m.d.comb += l_psn_f[k].eq(Mux(a["res"], fs, Mux(wb_hit, wb_f[k], Mux(a["hit"], fh,
                                                                                   fr))))
-        q_f = [q.load_flags(m, a["rem"][7 + c:], f"a_q{c}") for c in _PMTU_CODES]
-        l_q_f = [Signal(name=f"l_q_f{k}") for k in range(len(q_f[0]))]
-        for k in range(len(l_q_f)):
-            _select(m, code, [f[k] for f in q_f], l_q_f[k])
+        l_q_f = [Signal(name="l_q_f12")]
+        _select(m, code, [a["qz"][c] for c in _PMTU_CODES], l_q_f[0])
+        l_pk, l_lik = self._keep_lanes(m, a["keep"], "l")
         # lengths of full packets: constants chosen by the PMTU code (and the variant)
         l_full = {}
         for key, (reth, imm) in {"tl": (0, 0), "ul": (0, 0), "tl_i": (0, 1), "ul_i": (0, 1),
@@ -528,9 +562,6 @@ class Segmenter(wiring.Component):
             return opcode, se
 
         l_opcode, l_se = bth_fields(a["first"], l_le, w.opcode[:2], w.solicited, "l")
-        l_eq = [Signal(name=f"l_q_eq{k}") for k in (1, 2, 3)]
-        for k, s in zip((1, 2, 3), l_eq):
-            _select(m, code, [pre["qeq"][3 * i + k - 1] for i in range(npm)], s)
 
         # -------- advance: the packet after the one on `o`
         n_last = Signal()
@@ -551,8 +582,16 @@ class Segmenter(wiring.Component):
         n_opcode, n_se = bth_fields(C(0, 1), n_last, wrop, solicited, "n")
         ack_wrap = Signal()
         m.d.comb += ack_wrap.eq(ackcnt == cfg.ack_req_every - 1)
-        q_eq4 = Signal()
-        m.d.comb += q_eq4.eq(q.value == 4)
+        # q == 1, 2, 3, 4 (eq1..eq3 are set from these the cycle after a load: the first
+        # advance is two cycles after it at the earliest)
+        q_hz = Signal()
+        q_eq = {k: Signal(name=f"m_q_is{k}") for k in (1, 2, 3, 4)}
+        m.d.comb += q_hz.eq(~q.value[3:].any())
+        m.d.comb += [q_eq[k].eq(q_hz & (q.value[:3] == k)) for k in q_eq]
+        loaded = Signal(name="m_loaded")
+        m.d.sync += loaded.eq(load)
+        with m.If(loaded):
+            m.d.sync += [eq1.eq(q_eq[1]), eq2.eq(q_eq[2]), eq3.eq(q_eq[3])]
 
         with m.If(xfer & ~d.last):
             m.d.sync += [adv.eq(1), d_valid.eq(0)]
@@ -571,7 +610,7 @@ class Segmenter(wiring.Component):
                 d.bth.opcode.eq(n_opcode), d.bth.se.eq(n_se),
                 d.bth.pad_cnt.eq(Mux(n_part, -r[:2], 0)),
                 d.bth.ack_req.eq(n_last | ack_wrap),
-                eq1.eq(eq2), eq2.eq(eq3), eq3.eq(q_eq4),
+                eq1.eq(eq2), eq2.eq(eq3), eq3.eq(q_eq[4]),
                 ackcnt.eq(Mux(ack_wrap, 0, ackcnt + 1)),
             ]
         with m.If(xfer & d.last):
@@ -597,8 +636,8 @@ class Segmenter(wiring.Component):
                 d.pay_len.eq(Mux(l_le, a["rem"][:13], l_pmtu_b)),
                 d.has_pay.eq(pre["nz"]),
                 d.beats.eq(Mux(l_le, pre["beats"], l_pmtu_b >> lg)),
-                d.pk.eq(Mux(l_le, pre["pk"], (1 << n) - 1)),
-                d.lik.eq(Mux(l_le, pre["lik"], (1 << n) - 1)),
+                d.pk.eq(Mux(l_le, l_pk, (1 << n) - 1)),
+                d.lik.eq(Mux(l_le, l_lik, (1 << n) - 1)),
                 # a last packet's lengths were computed with the request; a full first one
                 # has the RETH of a WRITE and no ImmDt
                 d.tot_len.eq(Mux(l_le, pre["tl"], Mux(a["reth"], l_full["tl_r"], l_full["tl"]))),
@@ -612,8 +651,7 @@ class Segmenter(wiring.Component):
                 d.imm_data.eq(w.imm),
                 d.remote_mac.eq(row.remote_mac), d.remote_ip.eq(row.remote_ip),
                 d.udp_sport.eq(row.udp_sport), d.dscp.eq(row.dscp), d.ecn.eq(row.ecn),
-                eq1.eq(l_eq[0]), eq2.eq(l_eq[1]), eq3.eq(l_eq[2]),
-                r.eq(l_r), r_nz.eq(l_r != 0), r_pk.eq(pre["pk"]), r_lik.eq(pre["lik"]),
+                r.eq(l_r), r_nz.eq(l_r != 0), r_pk.eq(l_pk), r_lik.eq(l_lik),
                 pmtu_b.eq(l_pmtu_b), pmtu_beats.eq(l_pmtu_b >> lg),
                 full["tl"].eq(l_full["tl"]), full["ul"].eq(l_full["ul"]),
                 full["tl_i"].eq(l_full["tl_i"]), full["ul_i"].eq(l_full["ul_i"]),
