@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_data_width
-from ..lib.stream import FrameSignature, PacketSignature
+from ..lib.stream import FrameSignature, PacketSignature, packet_layout
 
 __all__ = ["cut_layout", "PayloadCutter"]
 
@@ -38,11 +38,17 @@ class PayloadCutter(wiring.Component):
     ``done`` reports ``mism``; an input packet that goes on is then dropped up to its end.
     A ``drain`` command drops one input packet.
 
-    Latency: a command taken in cycle t passes input beats from cycle t + 1; an input beat
-    transferred in cycle t is on ``o`` in cycle t + 1. ``done`` pulses in the cycle after the
-    packet's last beat went in (``mism`` = 0: the packet was complete). Throughput: one beat per
-    cycle; one idle input cycle between two commands. ``cmd`` is taken when the previous command
-    is finished. Backpressure: ``o`` stalls ``i``.
+    Input beats first enter a register stage, which also encodes the beat's ``keep`` as a
+    lane count and a "contiguous from lane 0" flag: the end-of-packet check is then a compare
+    of a few bits (no comparison of two ``W/8``-bit masks on the path to the output registers).
+
+    Latency: a command taken in cycle t passes staged input beats from cycle t + 1; an input
+    beat transferred in cycle t is staged in t + 1 and on ``o`` in cycle t + 2 (at the earliest;
+    the stage fills while the command is on its way, so it adds no latency when the payload is
+    there first). ``done`` pulses in the cycle after the packet's last beat left the stage
+    (``mism`` = 0: the packet was complete). Throughput: one beat per cycle; one idle cycle
+    between two commands. ``cmd`` is taken when the previous command is finished.
+    Backpressure: ``o`` stalls ``i``; ``i.ready`` is one LUT of registers and ``o.ready``.
 
     Members
     -------
@@ -64,9 +70,40 @@ class PayloadCutter(wiring.Component):
             "done": Out(stream.Signature(data.StructLayout({"mism": 1}), always_ready=True)),
         })
 
+    @staticmethod
+    def _keep_code(m, keep, name):
+        """(lanes mod n, contiguous): the number of lanes of a ``keep`` that is contiguous from
+        lane 0 (n lanes as 0), from its one-hot end ``keep[j] & ~keep[j + 1]``, and whether it
+        is (lane 0 set, no 0 -> 1 step). Each output is an OR tree of two-bit terms."""
+        n = len(keep)
+        lg = (n - 1).bit_length()
+        ends = [keep[j] & ~keep[j + 1] if j + 1 < n else keep[j] for j in range(n)]
+        cnt = Signal(lg, name=f"{name}_cnt")
+        ok = Signal(name=f"{name}_ok")
+        for k in range(lg):
+            m.d.comb += cnt[k].eq(Cat(*[e for j, e in enumerate(ends)
+                                         if ((j + 1) % n) >> k & 1]).any())
+        m.d.comb += ok.eq(keep[0] & ~Cat(*[~keep[j] & keep[j + 1] for j in range(n - 1)]).any())
+        return cnt, ok
+
     def elaborate(self, platform):
         m = Module()
         n = self._width // 8
+
+        # ---- the input stage: the beat and its keep code, registered
+        beat = Signal(packet_layout(self._width), name="s_beat")
+        s_valid = Signal(name="s_valid")
+        s_cnt = Signal(max(1, (n - 1).bit_length()), name="s_cnt")
+        s_ok = Signal(name="s_ok")
+        s_ready = Signal()            # the cutter takes the staged beat
+        s_take = Signal()
+        m.d.comb += [s_take.eq(s_valid & s_ready),
+                     self.i.ready.eq(~s_valid | s_ready)]
+        i_cnt, i_ok = self._keep_code(m, self.i.payload.keep, "i_keep")
+        with m.If(self.i.ready):
+            m.d.sync += s_valid.eq(self.i.valid)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [beat.eq(self.i.payload), s_cnt.eq(i_cnt), s_ok.eq(i_ok)]
         active = Signal()
         drain = Signal()
         left = Signal(len(self.cmd.payload.beats))
@@ -75,26 +112,29 @@ class PayloadCutter(wiring.Component):
         lik = Signal(n)
         last_msg = Signal()
         first = Signal()
+        pk_cnt = Signal.like(s_cnt)
         m.d.comb += self.cmd.ready.eq(~active)
+        c_cnt, _ = self._keep_code(m, self.cmd.payload.pk, "c_pk")
         with m.If(self.cmd.valid & self.cmd.ready):
             c = self.cmd.payload
             m.d.sync += [active.eq(1), drain.eq(c.drain), left.eq(c.beats),
                          one_left.eq(c.beats == 1), pk.eq(c.pk), lik.eq(c.lik),
-                         last_msg.eq(c.last_msg), first.eq(1)]
+                         last_msg.eq(c.last_msg), first.eq(1), pk_cnt.eq(c_cnt)]
 
         o_free = Signal()
         take = Signal()
         m.d.comb += [
             o_free.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(active & (drain | o_free)),
-            take.eq(self.i.valid & self.i.ready & ~drain),
+            s_ready.eq(active & (drain | o_free)),
+            take.eq(s_take & ~drain),
         ]
-        beat = self.i.payload
         end = Signal()           # the message's end is due in this beat
+        keep_ok = Signal()       # the beat's keep is the expected one (pk)
         mism = Signal()
         m.d.comb += [
             end.eq(one_left & last_msg),
-            mism.eq(Mux(beat.last, ~end | (beat.keep != pk), end)),
+            keep_ok.eq(s_ok & (s_cnt == pk_cnt)),
+            mism.eq(Mux(beat.last, ~end | ~keep_ok, end)),
         ]
         mask = Signal(self._width)
         m.d.comb += mask.eq(Cat(*[Mux(one_left, pk[j], 1).replicate(8) for j in range(n)]))
@@ -115,7 +155,7 @@ class PayloadCutter(wiring.Component):
             with m.If(one_left | mism):
                 # the packet ends here; an input packet that goes on is dropped to its end
                 m.d.sync += [active.eq(mism & ~beat.last), drain.eq(1)]
-        with m.If(self.i.valid & self.i.ready & drain & beat.last):
+        with m.If(s_take & drain & beat.last):
             m.d.sync += active.eq(0)
         m.d.sync += [self.done.valid.eq(take & (one_left | mism)), self.done.payload.mism.eq(mism)]
         return m
