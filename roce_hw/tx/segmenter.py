@@ -232,7 +232,6 @@ class Segmenter(wiring.Component):
         return tl, ul, beats
 
     def _pre_shapes(self):
-        n = self._n
         return [("le", len(_PMTU_CODES)), ("nz", 1),
                 ("tl", 16), ("ul", 16),
                 ("beats", 13 - self._lg)]
@@ -359,7 +358,14 @@ class Segmenter(wiring.Component):
         m.d.comb += [reth.eq((wr_in.opcode == _WRITES[0]) | (wr_in.opcode == _WRITES[1])),
                      imm.eq((wr_in.opcode == _WITH_IMM[0]) | (wr_in.opcode == _WITH_IMM[1]))]
         length = self.wr.payload.length
-        pre_w = self._precompute(m, length, reth, imm, "w", opcode=self.wr.payload.opcode)
+        # The precompute of a WR: from the WR port while the accept register is empty, then
+        # from the WR taken (the same values again), so its registers load in every cycle with
+        # no enable (an enable folded into the LUT before the register lengthened this cone)
+        pre_len = Signal(32)
+        pre_op = Signal.like(self.wr.payload.opcode)
+        m.d.comb += [pre_len.eq(Mux(a["valid"], a["wr"].length, length)),
+                     pre_op.eq(Mux(a["valid"], a["wr"].opcode, self.wr.payload.opcode))]
+        pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op)
         with m.If(go_r | go_w):
             m.d.sync += [
                 a["valid"].eq(1), a["wr"].eq(wr_in), a["res"].eq(go_r),
@@ -374,11 +380,8 @@ class Segmenter(wiring.Component):
                 a["bad_res"].eq(0),
                 a["ready"].eq(go_w), a["rem"].eq(length),
             ]
-        # (loaded in every cycle the accept register is empty, so also in the one a WR is taken:
-        # a one-register enable keeps the precompute paths short)
-        with m.If(~a["valid"]):
-            m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
-        with m.Elif(a["take"]):
+        m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
+        with m.If(a["valid"] & a["take"]):
             m.d.sync += a["valid"].eq(0)
         # The keep-mask compares and the packet counter's load flags per PMTU, one register set
         # for both kinds of request: from the WR port while the accept register is empty, then
