@@ -71,9 +71,13 @@ class FastCounter:
         out = []
         for lo in self._flags:
             f = Signal(name=f"{name}_f{lo}")
-            m.d.comb += f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1))
+            m.d.comb += f.eq(self._loaded_flag(x, lo))
             out.append(f)
         return out
+
+    def _loaded_flag(self, x, lo):
+        # the bits below `lo` of a loaded value are all zeros (down) / ones (up)
+        return x[:lo] == (0 if self._down else (1 << lo) - 1)
 
     def load(self, x, flags=None):
         """Statements: load ``x``; ``flags``: its :meth:`load_flags` (computed here if not
@@ -81,10 +85,7 @@ class FastCounter:
         x = Value.cast(x)
         stmts = [self.value.eq(x)]
         for k, (lo, f) in enumerate(self._flags.items()):
-            if flags is None:
-                stmts.append(f.eq(x[:lo] == (0 if self._down else (1 << lo) - 1)))
-            else:
-                stmts.append(f.eq(flags[k]))
+            stmts.append(f.eq(self._loaded_flag(x, lo) if flags is None else flags[k]))
         return stmts
 
 

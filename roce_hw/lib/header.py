@@ -127,13 +127,17 @@ def _byte_sources(variant):
     return [(header.name.lower(), i) for header in variant for i in range(header.size)]
 
 
+def _project(index, bits):
+    """The value of ``index``'s bits at positions ``bits`` (``bits[0]`` the lowest)."""
+    return sum((index >> k & 1) << p for p, k in enumerate(bits))
+
+
 def _separating_bits(groups, width):
     """The fewest bit positions of a ``width``-bit index on which every two indices of
     different ``groups`` (lists of indices) differ."""
     for size in range(width + 1):
         for bits in combinations(range(width), size):
-            codes = [{sum((v >> k & 1) << p for p, k in enumerate(bits)) for v in g}
-                     for g in groups]
+            codes = [{_project(v, bits) for v in g} for g in groups]
             if all(not (a & b) for a, b in combinations(codes, 2)):
                 return bits
     raise AssertionError("indices of different groups are equal")
@@ -238,7 +242,7 @@ class HeaderInserter(wiring.Component):
 
     def _ctl_layout(self, geo):
         # therm: pure header beats still to go (thermometer); shift: one-hot realignment shift;
-        # scode: the same as the Gray code of its index in geo.shifts; s0: the shift is 0;
+        # scode: the shift as the Gray code of its index in geo.shifts; s0: the shift is 0;
         # pop_now: the next beat is the last one to read the header register; pop_in: that beat
         # also takes an input beat
         return data.StructLayout({"therm": max(1, geo.max_beats),
@@ -276,7 +280,7 @@ class HeaderInserter(wiring.Component):
             ((dkey, di), _), *rest = sorted(by_src.items(), key=lambda kv: -len(kv[1]))
             m.d.comb += byte.eq(lanes[dkey].word_select(di, 8))
             for (key, i), vs in rest:
-                codes = sorted({sum((v >> k & 1) << p for p, k in enumerate(bits)) for v in vs})
+                codes = sorted({_project(v, bits) for v in vs})
                 with m.If(_or([sel_bits == c for c in codes])):
                     m.d.comb += byte.eq(lanes[key].word_select(i, 8))
         ctl = Signal(self._ctl_layout(geo), name="port_ctl")

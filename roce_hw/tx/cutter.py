@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_data_width
+from ..lib.crc import thermometer_count
 from ..lib.stream import FrameSignature, PacketSignature, packet_layout
 
 __all__ = ["cut_layout", "PayloadCutter"]
@@ -72,19 +73,13 @@ class PayloadCutter(wiring.Component):
 
     @staticmethod
     def _keep_code(m, keep, name):
-        """(lanes mod n, contiguous): the number of lanes of a ``keep`` that is contiguous from
-        lane 0 (n lanes as 0), from its one-hot end ``keep[j] & ~keep[j + 1]``, and whether it
-        is (lane 0 set, no 0 -> 1 step). Each output is an OR tree of two-bit terms."""
+        """(lanes, contiguous): the number of lanes of a ``keep`` that is contiguous from lane 0
+        (:func:`~roce_hw.lib.crc.thermometer_count`), and whether it is (lane 0 set, no 0 -> 1
+        step). Each is an OR tree of two-bit terms."""
         n = len(keep)
-        lg = (n - 1).bit_length()
-        ends = [keep[j] & ~keep[j + 1] if j + 1 < n else keep[j] for j in range(n)]
-        cnt = Signal(lg, name=f"{name}_cnt")
         ok = Signal(name=f"{name}_ok")
-        for k in range(lg):
-            m.d.comb += cnt[k].eq(Cat(*[e for j, e in enumerate(ends)
-                                         if ((j + 1) % n) >> k & 1]).any())
         m.d.comb += ok.eq(keep[0] & ~Cat(*[~keep[j] & keep[j + 1] for j in range(n - 1)]).any())
-        return cnt, ok
+        return thermometer_count(m, keep, f"{name}_cnt"), ok
 
     def elaborate(self, platform):
         m = Module()
@@ -93,7 +88,7 @@ class PayloadCutter(wiring.Component):
         # ---- the input stage: the beat and its keep code, registered
         beat = Signal(packet_layout(self._width), name="s_beat")
         s_valid = Signal(name="s_valid")
-        s_cnt = Signal(max(1, (n - 1).bit_length()), name="s_cnt")
+        s_cnt = Signal(n.bit_length(), name="s_cnt")
         s_ok = Signal(name="s_ok")
         s_ready = Signal()            # the cutter takes the staged beat
         s_take = Signal()

@@ -266,12 +266,10 @@ class Segmenter(wiring.Component):
         n = self._n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
-        for j in range(n):
-            i = j & ~3
-            m.d.comb += [
-                pk[j].eq(k["z"] | k["gt_hi"][j >> 3] | (k["eq_hi"][j >> 3] & k["gt_lo"][j & 7])),
-                lik[j].eq(k["z"] | k["gt_hi"][i >> 3] | (k["eq_hi"][i >> 3] & k["gt_lo"][i & 7])),
-            ]
+        m.d.comb += [pk[j].eq(k["z"] | k["gt_hi"][j >> 3] |
+                              (k["eq_hi"][j >> 3] & k["gt_lo"][j & 7])) for j in range(n)]
+        # every 4-byte group that has a payload byte is kept whole
+        m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
     def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None):
@@ -536,7 +534,7 @@ class Segmenter(wiring.Component):
                                              psn.load_flags(m, row.next_psn, "row_psn"))):
             m.d.comb += l_psn_f[k].eq(Mux(a["res"], fs, Mux(wb_hit, wb_f[k], Mux(a["hit"], fh,
                                                                                   fr))))
-        l_q_f = [Signal(name="l_q_f12")]
+        l_q_f = [Signal(name=f"l_q_f{_Q_CHUNK}")]
         _select(m, code, [a["qz"][c] for c in _PMTU_CODES], l_q_f[0])
         l_pk, l_lik = self._keep_lanes(m, a["keep"], "l")
         # lengths of full packets: constants chosen by the PMTU code (and the variant)
