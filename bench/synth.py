@@ -101,7 +101,7 @@ def _cm(width):
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
     "icrc_inserter": Design(_inserter, "iCRC inserter (TX): frame in, frame + iCRC out"),
-    "icrc_inserter2": Design(_inserter_fast, "iCRC inserter, two rewind stages per register"),
+    "icrc_inserter2": Design(_inserter_fast, "iCRC inserter, two rewind stages per register (smaller at 1024 bits)"),
     "icrc_checker": Design(_checker, "iCRC checker (RX): frame in, good/bad per frame out"),
     "roce_tx": Design(_roce_tx, "RoCEv2 TX engine (EngineConfig defaults)"),
     "roce_engine": Design(_roce_engine, "whole engine: TX, RX front end, CM, ARP, generator "

@@ -144,11 +144,41 @@ def test_inserter_light(width):
 
 
 @pytest.mark.parametrize("width", [256, 512, 1024])
-def test_inserter_one_rewind_stage_per_register(width):
-    """The smaller, slower rewind (``rewind_per_cycle=1``) gives the same frames."""
-    check_inserter(width, width + 11, 6, [(0.0, 0.0), (0.3, 0.3)], rewind_per_cycle=1)
-    assert ICRCInserter(width, rewind_per_cycle=1).latency == \
-        ICRCInserter(width).latency + (width.bit_length() - 6) // 2
+@pytest.mark.parametrize("per_cycle", [1, 2])
+def test_inserter_registered_rewind_stages(width, per_cycle):
+    """The rewind with 1 or 2 stages per register gives the same frames, later."""
+    check_inserter(width, width + 11, 6, [(0.0, 0.0), (0.3, 0.3)],
+                   rewind_per_cycle=per_cycle)
+    q_bits = (width // 8 - 1).bit_length() - 2       # rewind stages: 4 << b bytes each
+    assert ICRCInserter(width, rewind_per_cycle=per_cycle).latency == \
+        3 + -(-q_bits // per_cycle)
+
+
+def test_inserter_default_latency():
+    """Up to three rewind stages sit in front of the output register, the rest two per
+    register before it."""
+    assert [ICRCInserter(w).latency for w in (64, 128, 256, 512, 1024)] == [3, 3, 3, 4, 4]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_inserter_fixed_variant(width, variant):
+    """``variant=`` (no ethertype compare): frames of that variant get the right iCRC at every
+    last-beat position; frames of another variant would not (the option is not ignored)."""
+    rng = random.Random(width + variant[0] * 10 + variant[1])
+    n = width // 8
+    frames = [scapy_frame(rng, *variant, paylen)
+              for paylen in list(range(0, n + 8, 4)) + [rng.randrange(0, 300) for _ in range(4)]]
+    got = run_inserter(width, frames, rng, 0.2, 0.2, variant=variant)
+    assert got == frames
+    other = next(v for v in VARIANTS if v != variant)
+    wrong = [scapy_frame(rng, *other, 40)]
+    assert run_inserter(width, wrong, rng, 0.0, 0.0, variant=variant) != wrong
+
+
+def test_inserter_rejects_bad_variant():
+    with pytest.raises(ValueError, match="variant"):
+        ICRCInserter(512, variant=(2, 4))
 
 
 def test_inserter_rejects_bad_rewind_per_cycle():

@@ -144,6 +144,15 @@ def test_ipv4_checksum_against_rfc1071():
         headers.append(proto.IPV4.pack(fields))
     headers += [proto.IPV4.pack({}), proto.IPV4.pack(
         {name: (1 << width) - 1 for name, width in proto.IPV4.fields})]
+    # sums that are multiples of 0xFFFF (one's-complement zero): the hardware reduces the words
+    # modulo 0xFFFF, and must still give RFC 1071's 0x0000, not 0xFFFF
+    for words in ([0xFFFF], [0xFFFF, 0xFFFF], [0x8000, 0x7FFF], [0xFFFF] * 9,
+                  [0x0001, 0xFFFE, 0xFFFF, 0x8000, 0x7FFF]):
+        raw = bytearray(proto.IPV4.size)
+        slots = [k for k in range(proto.IPV4.size // 2) if k != 5]     # word 5: the checksum
+        for k, v in zip(slots, words):
+            raw[2 * k:2 * k + 2] = v.to_bytes(2, "big")
+        headers.append(bytes(raw))
     out = []
 
     async def feed(ctx):

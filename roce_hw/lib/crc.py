@@ -26,7 +26,7 @@ __all__ = [
     "POLY", "CRC_INIT", "crc_bits", "step_matrices", "advance", "advance_rows", "apply_rows",
     "rows_mul", "residue_register", "xor_rows", "thermometer_count", "empty_lanes",
     "data_term_partials",
-    "revert_stages",
+    "revert_stages", "rewind_product",
     "CRC32",
 ]
 
@@ -177,13 +177,19 @@ def rows_mul(left, right):
     return out
 
 
-def _gated_group(m, x, sels, combos, name):
-    """``combos[c] * x`` for ``c`` = the select bits ``sels``, as a gated parity per bit."""
+def _gated_group(m, x, sels, combos, name, *, lut_groups=False):
+    """``combos[c] * x`` for ``c`` = the select bits ``sels``, as a gated parity per bit.
+
+    ``lut_groups``: the terms of each output bit are first gathered in groups of ``6 - g``
+    (one 6-input function each: ``g`` selects and ``6 - g`` data bits), each a ``keep`` wire so
+    that ABC maps it as one LUT; the groups then meet in a parity tree. Without it ABC maps the
+    ``g >= 3`` select functions in chains of LUTs (measured: 7 levels at ``g = 4``)."""
     g = len(sels)
     sel = Signal(g, name=f"{name}_sel")
     m.d.comb += sel.eq(Cat(*sels))
     y = Signal(32, name=name)
     bits = []
+    per_lut = max(1, 6 - g)
     for i in range(32):
         terms = []
         for b in range(32):
@@ -192,9 +198,42 @@ def _gated_group(m, x, sels, combos, name):
                 terms.append(x[b])
             elif truth:
                 terms.append(x[b] & C(truth, 1 << g).bit_select(sel, 1))
+        if lut_groups and len(terms) > per_lut:
+            groups = []
+            for k in range(0, len(terms), per_lut):
+                t = Signal(name=f"{name}_t{i}_{k // per_lut}", attrs={"keep": 1})
+                m.d.comb += t.eq(Cat(*terms[k:k + per_lut]).xor())
+                groups.append(t)
+            terms = groups
         bits.append(Cat(*terms).xor() if terms else C(0, 1))
     m.d.comb += y.eq(Cat(*bits))
     return y
+
+
+def _rewind_combos(nbytes):
+    """Rows of the rewind for every combination of select bits (bit ``k`` of the index: the
+    stage that rewinds ``nbytes[k]`` bytes is taken)."""
+    ident = [1 << i for i in range(32)]
+    combos = []
+    for c in range(1 << len(nbytes)):
+        rows = ident
+        for k, nb in enumerate(nbytes):
+            if (c >> k) & 1:
+                rows = rows_mul(advance_rows(-8 * nb), rows)
+        combos.append(rows)
+    return combos
+
+
+def rewind_product(m, x, sel_bits, nbytes_per_bit, name):
+    """Combinational variable rewind: ``x`` times ``A^(-8 * sum(sel_bits[b] *
+    nbytes_per_bit[b]))`` as one gated product (see :func:`revert_stages`): output bit ``i``
+    is the parity of ``x[b] & F_ib(sel)``. With ``g`` select bits a LUT6 takes ``6 - g`` terms
+    (one at ``g = 5``), then a parity tree over at most 32 terms: 3 LUT levels for ``g <= 5``.
+    Returns a named ``Signal(32)``."""
+    if not sel_bits:
+        raise ValueError("rewind_product needs at least one select bit")
+    return _gated_group(m, x, list(sel_bits), _rewind_combos(list(nbytes_per_bit)), name,
+                        lut_groups=True)
 
 
 def revert_stages(m, en, x, sel_bits, nbytes_per_bit, per_cycle, name, complement=False,
@@ -216,25 +255,17 @@ def revert_stages(m, en, x, sel_bits, nbytes_per_bit, per_cycle, name, complemen
     idx = 0
     if not stages and complement:
         raise ValueError("complement needs at least one stage")
-    ident = [1 << i for i in range(32)]
     while idx < len(stages):
         group = stages[idx:idx + per_cycle]
         g = len(group)
-        # Matrix for each combination of the group's select bits (bit k of c = stage k taken).
-        combos = []
-        for c in range(1 << g):
-            rows = ident
-            for k, (_, nb) in enumerate(group):
-                if (c >> k) & 1:
-                    rows = rows_mul(advance_rows(-8 * nb), rows)
-            combos.append(rows)
         if g == 1:
             # A single stage: matrix, then a 2:1 mux (as cheap as the gated form, and smaller).
             t = xor_rows(m, advance_rows(-8 * group[0][1]), x, f"{name}_m{idx}")
             y = Signal(32, name=f"{name}_g{cycles}")
             m.d.comb += y.eq(Mux(sel_cur[idx], t, x))
         else:
-            y = _gated_group(m, x, sel_cur[idx:idx + g], combos, f"{name}_g{cycles}")
+            y = _gated_group(m, x, sel_cur[idx:idx + g], _rewind_combos([nb for _, nb in group]),
+                             f"{name}_g{cycles}")
         last = idx + per_cycle >= len(stages)
         reg = Signal(32, name=f"{name}_r{cycles}", reset_less=True)
         new_sel = [Signal(name=f"{name}_sel{cycles}_{b}", reset_less=True)

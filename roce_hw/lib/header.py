@@ -392,9 +392,14 @@ class HeaderInserter(wiring.Component):
         m.d.comb += [hd_valid_n.eq(hd_valid), hc_n.eq(hc)]
         # (the image's source is decided by two separate loads, so that the prefetch register
         # takes the hdr stream as it is and each header bit is one multiplexer of its sources)
+        # The wide register takes its source whenever it is free (empty, or popped now), valid
+        # or not (hd_valid says which): its enable is a function of this block's registers,
+        # o.ready and i.valid only, never of the late `hdr.valid` of the header's producer.
+        free = Signal()
         load_pf = Signal()
         load_port = Signal()
-        m.d.comb += [load_pf.eq(load & pf_valid), load_port.eq(load & ~pf_valid)]
+        m.d.comb += [free.eq(~hd_valid | pop),
+                     load_pf.eq(free & pf_valid), load_port.eq(free & ~pf_valid)]
         with m.If(load_pf):
             m.d.sync += hd.eq(pf_image)
         with m.Elif(load_port):

@@ -31,13 +31,17 @@ from amaranth.lib.wiring import In, Out
 from .. import proto
 from ..config import check_data_width
 from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
-                  empty_lanes, residue_register, revert_stages, rows_mul, step_matrices,
-                  thermometer_count, xor_rows)
+                  empty_lanes, residue_register, revert_stages, rewind_product, rows_mul,
+                  step_matrices, xor_rows)
 from .stream import PacketSignature
 
 __all__ = ["MAX_FRAME_BYTES", "VARIANTS", "covered_start", "masked_bytes", "ICRCInserter",
            "ICRCChecker",
            "ICRCResultLayout"]
+
+#: Rewind stages (select bits) of :class:`ICRCInserter`'s combinational gated product, in front
+#: of its output register: 3 fit in 3 LUT levels (a LUT6 takes 3 selects and 3 data bits).
+COMB_REWIND = 3
 
 #: Data bits per first-stage partial XOR of the data term.
 _CHUNK = 64
@@ -47,6 +51,13 @@ MAX_FRAME_BYTES = 16384
 
 #: Frame variants handled: ``(vlan, ip_version)``.
 VARIANTS = ((0, 4), (0, 6), (1, 4), (1, 6))
+
+#: Lanes used in a frame's last beat, modulo 4, for every RoCEv2 frame without its iCRC:
+#: the covered region starts at 14 or 18 (both 2 mod 4) and the IB packet before the iCRC is
+#: a multiple of 4 bytes.
+_LAST_LANES_MOD4 = 2
+assert proto.ETH.size % 4 == _LAST_LANES_MOD4 and \
+    (proto.ETH.size + proto.VLAN_TAG.size) % 4 == _LAST_LANES_MOD4
 
 _ETHERTYPE_OFF = proto.ETH.offset("ethertype")[0]                 # 12
 _INNER_ETHERTYPE_OFF = _ETHERTYPE_OFF + proto.VLAN_TAG.size       # 16
@@ -323,6 +334,15 @@ def _bus_flags(m, i, transfer, front, n, name):
     return cond_fn
 
 
+def _fixed_flags(variant):
+    """``cond_fn`` when every frame is of one ``variant``: constants, no compare."""
+    def cond_fn(b, key):
+        if key == "vlan":
+            return C(variant[0], 1)
+        return C(int(tuple(key) == tuple(variant)), 1)
+    return cond_fn
+
+
 def _header_beats(n):
     """Beats that hold zeroed/masked bytes or bytes the decoders need."""
     last = max([covered_start(1)] + [max(masked_bytes(*v)) for v in VARIANTS]
@@ -339,13 +359,19 @@ class ICRCInserter(wiring.Component):
     free lanes. Frames must be RoCEv2 frames (IPv4 without options or IPv6, at most one 802.1Q
     tag) whose IB packet is a multiple of 4 bytes, as every RoCEv2 packet is; the iCRC covers
     every input byte after the Ethernet header. Other frames get a wrong iCRC (never a hang).
+    With ``variant`` set, every frame is taken to be of that variant (no ethertype compare in
+    front of the zeroing register: a shorter path for a source that sends one kind).
 
     Latency: constant; a beat transferred on ``i`` in cycle ``t`` is valid on ``o`` in cycle
-    ``t + latency + 1`` (:attr:`latency` counts the register stages between the two transfers): input register with the zeroing, partial data terms, feedback loop, the rewind
-    (``log2(bytes per beat) - 2`` conditional stages, ``rewind_per_cycle`` of them per register),
-    output register with the insertion. With the default ``rewind_per_cycle=2``: 4, 4, 5, 5, 6
-    cycles at 64, 128, 256, 512, 1024 bits (``1`` gives 4, 5, 6, 7, 8 and about 120 fewer LUTs
-    at 512 bits; both keep the rewind within 4 LUT levels).
+    ``t + latency + 1`` (:attr:`latency` counts the register stages between the two
+    transfers): input register with the zeroing, partial data terms, feedback loop, then the
+    output register with the insertion. The rewind by ``4 * q`` bytes (``log2(bytes per beat)
+    - 2`` conditional stages) is by default one gated product of up to :data:`COMB_REWIND`
+    stages in front of the output register (3 LUT levels), the stages beyond those two per
+    register before it: latency 3, 3, 3, 4, 4 at 64, 128, 256, 512, 1024 bits (a gated product
+    of 4 or 5 stages measured 7 cells in the TX engine). ``rewind_per_cycle`` 1 or 2 puts every
+    stage in registers, that many per register (latency 4, 5, 6, 7, 8 or 4, 4, 5, 5, 6, and
+    fewer LUTs at 1024 bits).
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
@@ -354,8 +380,12 @@ class ICRCInserter(wiring.Component):
     ----------
     data_width : int
         64, 128, 256, 512 or 1024.
-    rewind_per_cycle : int
-        1 or 2 rewind stages per register (latency against area, see above).
+    rewind_per_cycle : int or None
+        ``None`` (default): up to :data:`COMB_REWIND` rewind stages in the output stage; 1 or
+        2: every stage registered, that many per register (latency against area, see above).
+    variant : tuple or None
+        ``None`` (default): each frame's variant is read from its ethertypes; one of
+        :data:`VARIANTS` (``(vlan, ip_version)``): every frame is of that variant.
 
     Members
     -------
@@ -370,14 +400,17 @@ class ICRCInserter(wiring.Component):
         For an unsupported ``data_width`` or ``rewind_per_cycle``.
     """
 
-    def __init__(self, data_width, *, rewind_per_cycle=2):
+    def __init__(self, data_width, *, rewind_per_cycle=None, variant=None):
         self._width = check_data_width(data_width)
+        if variant is not None and tuple(variant) not in VARIANTS:
+            raise ValueError(f"variant must be None or one of {VARIANTS}, not {variant!r}")
+        self._variant = None if variant is None else tuple(variant)
         self._nbytes = data_width // 8
         self._q_bits = (self._nbytes - 1).bit_length() - 2
-        if rewind_per_cycle not in (1, 2):
-            raise ValueError(f"rewind_per_cycle must be 1 or 2, not {rewind_per_cycle!r}")
+        if rewind_per_cycle not in (None, 1, 2):
+            raise ValueError(f"rewind_per_cycle must be None, 1 or 2, not {rewind_per_cycle!r}")
         self._per_cycle = rewind_per_cycle
-        self._rev_cycles = -(-self._q_bits // rewind_per_cycle)
+        self._rev_cycles = self._rewind_cycles(self._q_bits, rewind_per_cycle)
         super().__init__({"i": In(PacketSignature(data_width)),
                           "o": Out(PacketSignature(data_width))})
 
@@ -391,10 +424,16 @@ class ICRCInserter(wiring.Component):
         return 3 + self._rev_cycles
 
     @staticmethod
-    def latency_for(data_width, *, rewind_per_cycle=2):
+    def _rewind_cycles(q_bits, per_cycle):
+        if per_cycle is None:
+            return -(-max(0, q_bits - COMB_REWIND) // 2)
+        return -(-q_bits // per_cycle)
+
+    @staticmethod
+    def latency_for(data_width, *, rewind_per_cycle=None):
         """:attr:`latency` of an inserter with these parameters, without building one."""
         q_bits = (check_data_width(data_width) // 8 - 1).bit_length() - 2
-        return 3 + -(-q_bits // rewind_per_cycle)
+        return 3 + ICRCInserter._rewind_cycles(q_bits, rewind_per_cycle)
 
     def elaborate(self, platform):
         m = Module()
@@ -412,7 +451,8 @@ class ICRCInserter(wiring.Component):
         m.d.comb += transfer.eq(self.i.valid & en)
 
         front = _FrameFront(m, self.i, transfer, n, nbeats, [])
-        cond_fn = _bus_flags(m, self.i, transfer, front, n, "ins")
+        cond_fn = (_bus_flags(m, self.i, transfer, front, n, "ins") if self._variant is None
+                   else _fixed_flags(self._variant))
 
         # Stage 1: zeroed beat, per-beat constant, pad count.
         keep = self.i.payload.keep
@@ -461,16 +501,25 @@ class ICRCInserter(wiring.Component):
         with m.If(en):
             m.d.sync += q3.eq(q2)
 
-        # Stages 4..: rewind by 4*q bytes and invert -> iCRC register value.
-        crc, _, rcyc = revert_stages(m, en, state, [q3[b] for b in range(self._q_bits)],
-                                     [4 << b for b in range(self._q_bits)], self._per_cycle,
-                                     "s4", complement=True)
+        # Rewind by 4*q bytes and invert -> iCRC: in the output stage, or in stages 4.. .
+        q_sel = [q3[b] for b in range(self._q_bits)]
+        q_bytes = [4 << b for b in range(self._q_bits)]
+        if self._per_cycle is None:
+            # the first stages in registers, two per register; the last ones combinational
+            k = max(0, self._q_bits - COMB_REWIND)
+            x, carried, rcyc = revert_stages(m, en, state, q_sel[:k], q_bytes[:k], 2, "s4",
+                                             carry=q_sel[k:])
+            crc = Signal(32)
+            m.d.comb += crc.eq(~rewind_product(m, x, carried, q_bytes[k:], "s4c"))
+        else:
+            crc, _, rcyc = revert_stages(m, en, state, q_sel, q_bytes, self._per_cycle, "s4",
+                                         complement=True)
+        assert rcyc == self._rev_cycles
         depth = 3 + rcyc
 
-        # Raw delay line; the lane arithmetic of the output stage rides along, precomputed.
-        # k = valid lanes of the beat: k mod 4 = (-pad) mod 4; more than n-4 lanes used ->
-        # the iCRC spills into an extra beat.
-        lay = data.StructLayout({"beat": self.i.payload.shape(), "kmod4": 2, "spill": 1})
+        # Raw delay line; the spill flag rides along: more than n-4 lanes used -> the iCRC
+        # spills into an extra beat.
+        lay = data.StructLayout({"beat": self.i.payload.shape(), "spill": 1})
         prev_p = Signal(lay)
         m.d.comb += [prev_p.beat.eq(self.i.payload), prev_p.spill.eq(self.i.payload.keep[n - 4])]
         prev_v = self.i.valid
@@ -479,18 +528,15 @@ class ICRCInserter(wiring.Component):
             v = Signal(name=f"dl{k}_v")
             with m.If(en):
                 m.d.sync += [p.eq(prev_p), v.eq(prev_v)]
-                if k == 1:     # k mod 4 from the previous stage's keep (off the input path)
-                    m.d.sync += p.kmod4.eq(thermometer_count(m, prev_p.beat.keep, "dl_k")[:2])
             prev_p, prev_v = p, v
         src, src_v = prev_p.beat, prev_v
 
-        # Output stage: insert the iCRC bytes after the last valid lane.
+        # Output stage: insert the iCRC bytes after the last valid lane. A frame without iCRC
+        # ends 2 bytes past a 4-byte boundary (see above), so the number of lanes used in its
+        # last beat is 2 mod 4 and lane j always gets iCRC byte (j - 2) mod 4: no rotation mux.
         crc_bytes = [crc[8 * r:8 * r + 8] for r in range(4)]
         rot = Signal(32)
-        with m.Switch(prev_p.kmod4):
-            for s in range(4):
-                with m.Case(s):
-                    m.d.comb += rot.eq(Cat(*[crc_bytes[(r - s) % 4] for r in range(4)]))
+        m.d.comb += rot.eq(Cat(*[crc_bytes[(r - _LAST_LANES_MOD4) % 4] for r in range(4)]))
         ins = Signal(w)
         for j in range(n):
             m.d.comb += ins[8 * j:8 * j + 8].eq(

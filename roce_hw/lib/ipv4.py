@@ -12,6 +12,13 @@ from .arith import FastCounter
 __all__ = ["header_word_sum", "IPv4Checksum", "IPv4Identification"]
 
 
+def _csa_mod_ffff(a, b, c):
+    """One carry-save step modulo 2**16 - 1: two 16-bit vectors whose sum is ``a + b + c`` mod
+    0xFFFF (the carry out of bit 15 wraps to bit 0, as 2**16 = 1 mod 0xFFFF). One LUT level."""
+    carry = (a & b) | (a & c) | (b & c)
+    return a ^ b ^ c, Cat(carry[15], carry[:15])
+
+
 def header_word_sum(m, value, valid):
     """The sum of the ten big-endian 16-bit words of an IPv4 header ``value`` (a
     :data:`roce_hw.layouts.IPV4` value: ``as_value()`` is big-endian by construction, word 0 in
@@ -39,10 +46,13 @@ def header_word_sum(m, value, valid):
 class IPv4Checksum(wiring.Component):
     """Header checksum of IPv4 headers (RFC 791/1071), pipelined: one header per cycle.
 
-    The ten 16-bit words of the header (its ``checksum`` field taken as 0) are added by a tree of
-    two-input adders, one level per register stage, then folded end-around and inverted. Every
-    stage is one adder of at most 20 bits; the end-around fold takes two stages (high part onto
-    the low 16 bits, then the carry of that), so the block adds no long path whatever feeds it.
+    The header is registered, then its nine 16-bit words other than ``checksum`` are reduced to
+    two by a tree of carry-save steps modulo 0xFFFF (the carry out of bit 15 wraps to bit 0:
+    9 -> 6 -> 4 -> 3 -> 2, four LUT levels, no carry chain) into a register; those two are
+    added, the carry out of bit 15 is added back in the next stage (it cannot carry again), and
+    the result inverted into the output register. That is RFC 1071's checksum:
+    the carry-save steps keep the sum modulo 0xFFFF, and they give two zero vectors only for
+    nine zero words, so the one's-complement representation of zero matches too.
 
     Latency: a header presented on ``i`` (``i.valid``) in cycle t has its checksum on ``o`` in
     cycle t + :attr:`latency` (``o.valid`` a pulse). Throughput: one header per cycle. No
@@ -60,20 +70,33 @@ class IPv4Checksum(wiring.Component):
     o: Out(stream.Signature(16, always_ready=True))
 
     #: Register stages from ``i`` to ``o``.
-    latency = 6
+    latency = 4
 
     def elaborate(self, platform):
         m = Module()
-        hdr = Signal(layouts.IPV4)
-        m.d.comb += [hdr.eq(self.i.payload), hdr.checksum.eq(0)]
-        total, valid, stages = header_word_sum(m, hdr.as_value(), self.i.valid)
-        # end-around carry: sum < 2**20, so high part + low 16 bits < 2**17, and one more
-        # carry of that fits in 16 bits (RFC 1071)
-        f1 = Signal(17, name="fold1")
-        f1_valid = Signal(name="fold1_valid")
-        m.d.sync += [f1.eq(total[:16] + total[16:]), f1_valid.eq(valid)]
-        m.d.sync += [self.o.payload.eq(~(f1[:16] + f1[16])[:16]), self.o.valid.eq(f1_valid)]
-        assert stages + 2 == self.latency
+        hdr = Signal(layouts.IPV4, name="hdr")
+        hdr_valid = Signal(name="hdr_valid")
+        m.d.sync += [hdr.eq(self.i.payload), hdr_valid.eq(self.i.valid)]
+        nwords = proto.IPV4.size // 2
+        csum_word = proto.IPV4.offset("checksum")[0] // 2
+        raw = hdr.as_value()            # big-endian: word 0 in the top bits
+        level = [raw.word_select(nwords - 1 - k, 16) for k in range(nwords) if k != csum_word]
+        while len(level) > 2:
+            nxt = []
+            for k in range(0, len(level) - 2, 3):
+                nxt.extend(_csa_mod_ffff(*level[k:k + 3]))
+            nxt.extend(level[len(level) - len(level) % 3:] if len(level) % 3 else [])
+            level = nxt
+        pair = [Signal(16, name=f"csa{k}") for k in range(2)]
+        pair_valid = Signal(name="csa_valid")
+        m.d.sync += [pair[0].eq(level[0]), pair[1].eq(level[1]), pair_valid.eq(hdr_valid)]
+        # end-around carry: the carry out of a + b goes back in at bit 0, in a stage of its own
+        # (it cannot carry again); one 16-bit adder per stage
+        plain = Signal(17, name="eac_plain")
+        plain_valid = Signal(name="eac_valid")
+        m.d.sync += [plain.eq(pair[0] + pair[1]), plain_valid.eq(pair_valid)]
+        m.d.sync += [self.o.payload.eq(~(plain[:16] + plain[16])[:16]),
+                     self.o.valid.eq(plain_valid)]
         return m
 
 

@@ -70,7 +70,8 @@ class PacketBuilder(wiring.Component):
         w = self._width
         n = w // 8
         m.submodules.hins = hins = HeaderInserter(w, self._variants, abort=True)
-        m.submodules.icrc = icrc = ICRCInserter(w)
+        # (every variant is IPv4 without a VLAN tag: no ethertype compare in the iCRC inserter)
+        m.submodules.icrc = icrc = ICRCInserter(w, variant=(0, 4))
         m.submodules.csum = csum = IPv4Checksum()
 
         # checksums of frames between their `hdr` transfer and their checksum beat on `o`

@@ -217,11 +217,13 @@ class Commit(wiring.Component):
         # (a report goes into the FIFO the cycle after its event, from registers)
         st_push = Signal()
         st_data = Signal(st)
+        # (the data register loads in every cycle, chosen by mism_now alone: the late `take`
+        # only reaches st_push, not the enable of ~90 flip-flops)
         m.d.sync += st_push.eq(mism_now | (take & refused))
         with m.If(mism_now):
             m.d.sync += [st_data.wr_id.eq(fl["wr_id"]), st_data.qp.eq(fl["qp"]),
                          st_data.status.eq(WcStatus.LOC_LEN_ERR)]
-        with m.Elif(take & refused):
+        with m.Else():
             m.d.sync += [st_data.wr_id.eq(d.wr_id), st_data.qp.eq(d.qp),
                          st_data.status.eq(d.refuse)]
         m.d.comb += [

@@ -88,7 +88,7 @@ class TxEngine(wiring.Component):
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
-    :attr:`latency` (engine idle, payload valid): 9, 9, 10, 11, 12 at 64, 128, 256, 512, 1024
+    :attr:`latency` (engine idle, payload valid): 8, 8, 8, 10, 10 at 64, 128, 256, 512, 1024
     bits (at 512 bits a frame whose header is longer than a beat, a WRITE's, comes one cycle
     sooner); measured by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
