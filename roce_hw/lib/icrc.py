@@ -369,9 +369,9 @@ class ICRCInserter(wiring.Component):
     - 2`` conditional stages) is by default one gated product of up to :data:`COMB_REWIND`
     stages in front of the output register (3 LUT levels), the stages beyond those two per
     register before it: latency 3, 3, 3, 4, 4 at 64, 128, 256, 512, 1024 bits (a gated product
-    of 4 or 5 stages measured 7 cells in the TX engine). ``rewind_per_cycle`` 1 or 2 puts every
-    stage in registers, that many per register (latency 4, 5, 6, 7, 8 or 4, 4, 5, 5, 6, and
-    fewer LUTs at 1024 bits).
+    of all 4 stages measured 7 cells in the TX engine at 512 bits). ``rewind_per_cycle`` 1 or 2
+    puts every stage in registers, that many per register (latency 4, 5, 6, 7, 8 or 4, 4, 5, 5,
+    6, and fewer LUTs at 1024 bits).
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
