@@ -85,7 +85,7 @@ class IPv4Checksum(wiring.Component):
             nxt = []
             for k in range(0, len(level) - 2, 3):
                 nxt.extend(_csa_mod_ffff(*level[k:k + 3]))
-            nxt.extend(level[len(level) - len(level) % 3:] if len(level) % 3 else [])
+            nxt.extend(level[len(level) // 3 * 3:])     # the one or two left over
             level = nxt
         pair = [Signal(16, name=f"csa{k}") for k in range(2)]
         pair_valid = Signal(name="csa_valid")
