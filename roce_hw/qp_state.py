@@ -370,8 +370,11 @@ class QPStateTable(wiring.Component):
         self._gather(m, self.tx_rd.data, trd, None if self._all_valid else trd_ok_q)
 
         # --- management response ------------------------------------------------------------
+        # (the read ports follow the request port while the response register is free -- a
+        # request is taken only then -- and hold the row of the response waiting: their
+        # enable is a function of registers, not of the arbitration behind req_go)
         for port in mrd.values():
-            m.d.comb += [port.addr.eq(req.payload.qp), port.en.eq(req_go)]
+            m.d.comb += [port.addr.eq(req.payload.qp), port.en.eq(rsp_free)]
         rsp_ok_q = Signal()
         with m.If(req_go):
             m.d.sync += [

@@ -67,6 +67,24 @@ def test_parsers():
         synth.parse_ltp("nothing")
 
 
+def test_late_endpoints():
+    """The register inputs later than the period, grouped by register, latest first (the
+    shape of nextpnr-ecp5's ``--detailed-timing-report`` entries)."""
+    def net(*ends):
+        return {"driver": "x", "port": "F", "endpoints": [
+            {"cell": c, "port": p, "delay": [t - 1, t]} for c, p, t in ends]}
+    report = {"detailed_net_timings": [
+        net(("seg.a_hit_psn_TRELLIS_FF_Q_3", "M", 7.9), ("seg.a_hit_psn_TRELLIS_FF_Q", "DI", 7.1)),
+        net(("hins.hd_TRELLIS_FF_Q_12", "CE", 6.5), ("hins.hd_TRELLIS_FF_Q_13", "CE", 6.39)),
+        net(("qp_table.mem.1.3$DPRAM_COMB2", "WAD1", 6.6), ("fast_TRELLIS_FF_Q", "DI", 2.0)),
+    ]}
+    rows = synth.late_endpoints(report, 6.4)
+    assert rows == [(7.9, 2, "seg.a_hit_psn"), (6.6, 1, "qp_table.mem.1.3"),
+                    (6.5, 1, "hins.hd")]
+    assert synth.late_endpoints(report, 8.0) == []
+    assert synth.format_late(rows, 1).split() == ["7.90", "ns", "2", "seg.a_hit_psn"]
+
+
 def test_design_registry_and_errors():
     assert {"crc", "icrc_inserter", "icrc_checker", "roce_tx"} <= set(synth.DESIGNS)
     assert synth._expand(["icrc", "crc"]) == ["icrc_inserter", "icrc_checker", "crc"]

@@ -299,9 +299,10 @@ class HeaderInserter(wiring.Component):
 
     def _prefetch(self, m, geo, load):
         """One-entry prefetch register in front of the header register; returns
-        ``(pf_valid, src_valid, src_ctl, pf_image, port_image)``: the control comes from the
-        prefetch register if it is full, else from the ``hdr`` stream; the image is selected by
-        the caller, as part of the header register's own input multiplexer."""
+        ``(pf_valid, pf_valid_n, src_valid, src_ctl, pf_image, port_image)`` (``pf_valid_n``:
+        ``pf_valid`` in the next cycle): the control comes from the prefetch register if it is
+        full, else from the ``hdr`` stream; the image is selected by the caller, as part of the
+        header register's own input multiplexer."""
         port_image, port_ctl = self._image(m, geo)
         pf_valid = Signal()
         pf_image = Signal.like(port_image, name="pf_image")
@@ -313,15 +314,14 @@ class HeaderInserter(wiring.Component):
             src_valid.eq(pf_valid | self.hdr.valid),
             src_ctl.eq(Mux(pf_valid, pf_ctl, port_ctl)),
         ]
-        with m.If(pf_valid):
-            with m.If(load):
-                m.d.sync += pf_valid.eq(0)
-        with m.Else():
+        pf_valid_n = Signal()       # pf_valid in the next cycle
+        m.d.comb += pf_valid_n.eq(~load & (pf_valid | self.hdr.valid))
+        m.d.sync += pf_valid.eq(pf_valid_n)
+        with m.If(~pf_valid):
             # the (wide) prefetch register follows the hdr stream while it is empty, so that
             # its enable is the registered ~pf_valid, not the late `load`
-            m.d.sync += [pf_valid.eq(self.hdr.valid & ~load),
-                         pf_image.eq(port_image), pf_ctl.eq(port_ctl)]
-        return pf_valid, src_valid, src_ctl, pf_image, port_image
+            m.d.sync += [pf_image.eq(port_image), pf_ctl.eq(port_ctl)]
+        return pf_valid, pf_valid_n, src_valid, src_ctl, pf_image, port_image
 
     def elaborate(self, platform):
         m = Module()
@@ -333,7 +333,8 @@ class HeaderInserter(wiring.Component):
         keep = self.i.payload.keep
 
         load = Signal()
-        pf_valid, src_valid, src_ctl, pf_image, port_image = self._prefetch(m, geo, load)
+        pf_valid, pf_valid_n, src_valid, src_ctl, pf_image, port_image = \
+            self._prefetch(m, geo, load)
 
         # header register: the header of the frame being output until its last reader beat
         # (the "pop": last header beat, or the junction beat that also holds the first payload
@@ -395,17 +396,26 @@ class HeaderInserter(wiring.Component):
         # The wide register takes its source whenever it is free (empty, or popped now), valid
         # or not (hd_valid says which): its enable is a function of this block's registers,
         # o.ready and i.valid only, never of the late `hdr.valid` of the header's producer.
-        free = Signal()
-        load_pf = Signal()
-        load_port = Signal()
-        m.d.comb += [free.eq(~hd_valid | pop),
-                     load_pf.eq(free & pf_valid), load_port.eq(free & ~pf_valid)]
-        with m.If(load_pf):
-            m.d.sync += hd.eq(pf_image)
-        with m.Elif(load_port):
-            m.d.sync += hd.eq(port_image)
-        with m.Elif(produce & act):
-            m.d.sync += hd.eq(hd[w:])
+        # The enable is "empty, or a header beat produced now" (the pop or a shift), two LUT4
+        # levels from registers (a keep wire: the mapper may not fold it into each bit's
+        # logic). Whether it takes the next header (from the prefetch register or the port)
+        # or shifts is known a cycle ahead: the selects of each bit's multiplexer are
+        # flip-flops (~hd_valid | pop_now, and the same & pf_valid, from their next values),
+        # so their fan-out to every bit is their only delay (ECP5 timing). The If/Elif form of
+        # hd_next maps to one LUT per bit (a nested Mux measured two).
+        hd_en = Signal(attrs={"keep": 1})
+        hd_take = Signal(init=1)
+        hd_take_pf = Signal()
+        m.d.comb += hd_en.eq(~hd_valid | (o_load & ~post & (~hc.pop_in | self.i.valid)))
+        hd_next = Signal.like(hd)
+        with m.If(~hd_take):
+            m.d.comb += hd_next.eq(hd[w:])
+        with m.Elif(hd_take_pf):
+            m.d.comb += hd_next.eq(pf_image)
+        with m.Else():
+            m.d.comb += hd_next.eq(port_image)
+        with m.If(hd_en):
+            m.d.sync += hd.eq(hd_next)
         with m.If(load):
             m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(1)]
         with m.Elif(pop):
@@ -416,7 +426,9 @@ class HeaderInserter(wiring.Component):
                 hc_n.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
                 hc_n.pop_in.eq(~therm1 & hc.payload),
             ]
-        m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n)]
+        m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n),
+                     hd_take.eq(~hd_valid_n | hc_n.pop_now),
+                     hd_take_pf.eq((~hd_valid_n | hc_n.pop_now) & pf_valid_n)]
 
         # input beat: the bytes that spill into the next output beat and their keep
         spill_data = Signal(smax * 8)

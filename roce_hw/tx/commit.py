@@ -167,12 +167,22 @@ class Commit(wiring.Component):
               "lead": Signal(name="fl_lead")}
         open_msg = Signal()       # a message has packets committed and more to come
         with m.If(take & ~refused):
-            m.d.sync += [fl["qp"].eq(d.qp), fl["psn"].eq(d.bth.psn), fl["wr_id"].eq(d.wr_id),
-                         fl["tag"].eq(d.tag), fl["last"].eq(d.last),
-                         fl["new"].eq(d.first & d.last), fl["lead"].eq(~open_msg),
-                         open_msg.eq(~d.last), awaiting.eq(has_pay)]
+            m.d.sync += [fl["lead"].eq(~open_msg), open_msg.eq(~d.last), awaiting.eq(has_pay)]
         with m.Elif(self.done.valid):
             m.d.sync += awaiting.eq(0)
+        # The wide part a cycle later, from a copy of the descriptor made in every cycle: its
+        # enable is then a register, not the late `take` (ECP5 timing). The packet's check
+        # (`done`) comes at least two cycles after its commit (cutter command and output
+        # registers), so it never reads the copy before it is there.
+        dly = {"qp": Signal(qw, name="dl_qp"), "psn": Signal(24, name="dl_psn"),
+               "wr_id": Signal(64, name="dl_wr_id"), "tag": Signal(name="dl_tag"),
+               "last": Signal(name="dl_last"), "new": Signal(name="dl_new")}
+        dly_go = Signal()
+        m.d.sync += [dly["qp"].eq(d.qp), dly["psn"].eq(d.bth.psn), dly["wr_id"].eq(d.wr_id),
+                     dly["tag"].eq(d.tag), dly["last"].eq(d.last),
+                     dly["new"].eq(d.first & d.last), dly_go.eq(take & ~refused)]
+        with m.If(dly_go):
+            m.d.sync += [fl[k].eq(dly[k]) for k in dly]
 
         # ---------------------------------------------------------------- write-backs, flush
         wb_valid = Signal()
@@ -181,15 +191,17 @@ class Commit(wiring.Component):
         wb_err = Signal()
         psn_inc = d.psn_next
         m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
-        with m.If(take & ~refused & d.last & ~d.resumed):
-            m.d.sync += [wb_valid.eq(1), wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
+        # (the data registers load in every cycle, chosen by mism_now alone, which excludes
+        # `take`; wb_valid says whether they hold a write-back)
         with m.If(mism_now):
-            with m.If(~fl["lead"]):
-                m.d.sync += [wb_valid.eq(1), wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]),
-                             wb_err.eq(1)]
-            with m.Elif(fl["new"]):
-                m.d.sync += [wb_valid.eq(1), wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]),
-                             wb_err.eq(0)]
+            m.d.sync += [wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]), wb_err.eq(~fl["lead"])]
+        with m.Else():
+            m.d.sync += [wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
+        with m.If(take & ~refused & d.last & ~d.resumed):
+            m.d.sync += wb_valid.eq(1)
+        with m.If(mism_now):
+            with m.If(~fl["lead"] | fl["new"]):
+                m.d.sync += wb_valid.eq(1)
             with m.If(~fl["last"]):
                 m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]),
                              open_msg.eq(0)]
@@ -226,15 +238,19 @@ class Commit(wiring.Component):
         with m.Else():
             m.d.sync += [st_data.wr_id.eq(d.wr_id), st_data.qp.eq(d.qp),
                          st_data.status.eq(d.refuse)]
+        frame_ev = Signal()
+        m.d.sync += frame_ev.eq(self.hdr.valid & self.hdr.ready)
         m.d.comb += [
             st_fifo.w_en.eq(st_push), st_fifo.w_data.eq(st_data),
             self.status.valid.eq(st_fifo.r_rdy), self.status.payload.eq(st_fifo.r_data),
             st_fifo.r_en.eq(self.status.ready),
         ]
         m.d.comb += [
-            self.frames.eq(event_counter(m, 32, self.hdr.valid & self.hdr.ready, "n_frames")),
+            # (counted from registered events, a cycle late: the counters' enables are not
+            # the late `take`)
+            self.frames.eq(event_counter(m, 32, frame_ev, "n_frames")),
             self.frames_aborted.eq(event_counter(m, 32, mism_now, "n_aborted")),
-            self.wrs_refused.eq(event_counter(m, 32, mism_now | (take & refused), "n_refused")),
+            self.wrs_refused.eq(event_counter(m, 32, st_push, "n_refused")),
             self.status_dropped.eq(event_counter(m, 16, st_push & ~st_fifo.w_rdy, "n_dropped",
                                                  saturate=True)),
         ]

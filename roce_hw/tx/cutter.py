@@ -110,9 +110,12 @@ class PayloadCutter(wiring.Component):
         pk_cnt = Signal.like(s_cnt)
         m.d.comb += self.cmd.ready.eq(~active)
         c_cnt, _ = self._keep_code(m, self.cmd.payload.pk, "c_pk")
-        with m.If(self.cmd.valid & self.cmd.ready):
+        # The command registers follow `cmd` while the cutter is idle, valid or not (none of
+        # them is read while it is idle): their enable is the register `active`, not the late
+        # `cmd.valid` of the commit stage (ECP5 timing). Only `active` waits for `cmd.valid`.
+        with m.If(self.cmd.ready):
             c = self.cmd.payload
-            m.d.sync += [active.eq(1), drain.eq(c.drain), left.eq(c.beats),
+            m.d.sync += [active.eq(self.cmd.valid), drain.eq(c.drain), left.eq(c.beats),
                          one_left.eq(c.beats == 1), pk.eq(c.pk), lik.eq(c.lik),
                          last_msg.eq(c.last_msg), first.eq(1), pk_cnt.eq(c_cnt)]
 

@@ -142,7 +142,8 @@ class TxEngine(wiring.Component):
     wrs_refused : ``Out(32)``
         Refused WRs, length mismatches included (wrapping count).
     status_dropped : ``Out(16)``
-        Status reports dropped because ``status`` was full (saturating).
+        Status reports dropped because ``status`` was full (saturating). The four counters
+        change one or two cycles after their events (counted from registered events).
 
     Raises
     ------

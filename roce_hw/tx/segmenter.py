@@ -195,32 +195,22 @@ class Segmenter(wiring.Component):
         t4 = Signal(12, name=f"{name}_tl4")
         u4 = Signal(12, name=f"{name}_ul4")
         udp_words = proto.IPV4.size // 4
+        q4 = Signal(7, name=f"{name}_b4")
+        u4c = Signal(7, name=f"{name}_u4c")
         if opcode is None:
-            q4 = Signal(7, name=f"{name}_b4")
-            u4c = Signal(7, name=f"{name}_u4c")
-            with m.Switch(Cat(imm, reth)):
-                for c in range(4):
-                    with m.Case(c):
-                        words = self._l3_bytes(c >> 1, c & 1) // 4
-                        m.d.comb += [q4.eq(words), u4c.eq(words - udp_words)]
-            m.d.comb += [t4.eq(rem[2:13] + q4 + nz), u4.eq(rem[2:13] + u4c + nz)]
+            sel = Cat(imm, reth)
+            cases = {c: (c >> 1, c & 1) for c in range(4)}
         else:
-            sums = {}
-            for v_reth in (0, 1):
-                for v_imm in (0, 1):
-                    words = self._l3_bytes(v_reth, v_imm) // 4
-                    st = Signal(12, name=f"{name}_tl4_{v_reth}{v_imm}")
-                    su = Signal(12, name=f"{name}_ul4_{v_reth}{v_imm}")
-                    m.d.comb += [st.eq(rem[2:13] + words + nz),
-                                 su.eq(rem[2:13] + (words - udp_words) + nz)]
-                    sums[v_reth, v_imm] = (st, su)
             # (on the opcode's two low bits: an opcode past SEND_WITH_IMM is refused, its
-            # lengths do not matter, and the select stays one LUT)
-            with m.Switch(opcode[:2]):
-                for op in _WR_OPS:
-                    with m.Case(int(op)):
-                        st, su = sums[int(op in _WRITES), int(op in _WITH_IMM)]
-                        m.d.comb += [t4.eq(st), u4.eq(su)]
+            # lengths do not matter)
+            sel = opcode[:2]
+            cases = {int(op): (int(op in _WRITES), int(op in _WITH_IMM)) for op in _WR_OPS}
+        with m.Switch(sel):
+            for c, (v_reth, v_imm) in cases.items():
+                with m.Case(c):
+                    words = self._l3_bytes(v_reth, v_imm) // 4
+                    m.d.comb += [q4.eq(words), u4c.eq(words - udp_words)]
+        m.d.comb += [t4.eq(rem[2:13] + q4 + nz), u4.eq(rem[2:13] + u4c + nz)]
         m.d.comb += [
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
         ]
