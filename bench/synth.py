@@ -252,13 +252,14 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1,
                    "--detailed-timing-report"], out, f"{top}.pnr.log")
         report = json.loads((out / f"{top}.pnr.json").read_text())
         row["ecp5_fmax_mhz"] = round(parse_fmax(report), 1)
-        late = late_endpoints(report, 1000 / LATE_MHZ)
+        period = 1000 / LATE_MHZ
+        late = late_endpoints(report, period)
         row["ecp5_late_inputs"] = sum(c for _, c, _ in late)
         row["ecp5_late_registers"] = len(late)
         (out / f"{top}.pnr.late").write_text(format_late(late) + "\n")
         progress(f"[{top}] nextpnr-ecp5 (85k, speed 6): {row['ecp5_fmax_mhz']} MHz "
                  f"({dt:.0f} s); {row['ecp5_late_inputs']} register inputs of "
-                 f"{len(late)} registers later than {1000 / LATE_MHZ:.2f} ns "
+                 f"{len(late)} registers later than {period:.2f} ns "
                  f"({LATE_MHZ} MHz), the latest:")
         if late:
             progress(format_late(late, 8))

@@ -174,13 +174,11 @@ class Commit(wiring.Component):
         # enable is then a register, not the late `take` (ECP5 timing). The packet's check
         # (`done`) comes at least two cycles after its commit (cutter command and output
         # registers), so it never reads the copy before it is there.
-        dly = {"qp": Signal(qw, name="dl_qp"), "psn": Signal(24, name="dl_psn"),
-               "wr_id": Signal(64, name="dl_wr_id"), "tag": Signal(name="dl_tag"),
-               "last": Signal(name="dl_last"), "new": Signal(name="dl_new")}
+        src = {"qp": d.qp, "psn": d.bth.psn, "wr_id": d.wr_id, "tag": d.tag, "last": d.last,
+               "new": d.first & d.last}
+        dly = {k: Signal.like(fl[k], name=f"dl_{k}") for k in src}
         dly_go = Signal()
-        m.d.sync += [dly["qp"].eq(d.qp), dly["psn"].eq(d.bth.psn), dly["wr_id"].eq(d.wr_id),
-                     dly["tag"].eq(d.tag), dly["last"].eq(d.last),
-                     dly["new"].eq(d.first & d.last), dly_go.eq(take & ~refused)]
+        m.d.sync += [dly[k].eq(v) for k, v in src.items()] + [dly_go.eq(take & ~refused)]
         with m.If(dly_go):
             m.d.sync += [fl[k].eq(dly[k]) for k in dly]
 

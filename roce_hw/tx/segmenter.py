@@ -180,10 +180,11 @@ class Segmenter(wiring.Component):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, a constant of the header variant and "``rem`` is not
-        a multiple of 4" as its carry in. The variant is given by ``reth``/``imm``; or by a WR
-        ``opcode``, in which case one adder per variant (constant operand) runs in parallel and
-        the opcode picks the sum (the opcode decode stays off the carry chain). ``any_of(lo,
-        hi)`` is "``rem[lo:hi]`` is not zero" (``rem[lo:hi].any()`` if not given)."""
+        a multiple of 4" as its carry in. The variant, given by ``reth``/``imm`` or by a WR
+        ``opcode``, picks the constant operand in parallel with ``rem``'s own source, and the
+        sum goes straight to the caller's register (ECP5: no multiplexer after the carry
+        chain). ``any_of(lo, hi)`` is "``rem[lo:hi]`` is not zero" (``rem[lo:hi].any()`` if not
+        given)."""
         if any_of is None:
             def any_of(lo, hi):
                 return rem[lo:hi].any()
