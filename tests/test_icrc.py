@@ -156,8 +156,14 @@ def test_inserter_registered_rewind_stages(width, per_cycle):
 
 def test_inserter_default_latency():
     """Up to three rewind stages sit in front of the output register, the rest two per
-    register before it."""
-    assert [ICRCInserter(w).latency for w in (64, 128, 256, 512, 1024)] == [3, 3, 3, 4, 4]
+    register before it; with a fixed variant the zeroing has no register stage of its own."""
+    widths = (64, 128, 256, 512, 1024)
+    assert [ICRCInserter(w).latency for w in widths] == [3, 3, 3, 4, 4]
+    assert [ICRCInserter(w, variant=(0, 4)).latency for w in widths] == [2, 2, 2, 3, 3]
+    for w in widths:
+        for kw in ({}, {"variant": (0, 6)}, {"rewind_per_cycle": 1},
+                   {"rewind_per_cycle": 2, "variant": (1, 4)}):
+            assert ICRCInserter.latency_for(w, **kw) == ICRCInserter(w, **kw).latency
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -174,6 +180,17 @@ def test_inserter_fixed_variant(width, variant):
     other = next(v for v in VARIANTS if v != variant)
     wrong = [scapy_frame(rng, *other, 40)]
     assert run_inserter(width, wrong, rng, 0.0, 0.0, variant=variant) != wrong
+
+
+@pytest.mark.parametrize("width", [128, 256, 1024])
+def test_inserter_fixed_variant_widths(width):
+    """The TX engine's variant (zeroing in front of the partial terms) at the other widths:
+    every last-beat position, random idles and stalls."""
+    rng = random.Random(width + 404)
+    n = width // 8
+    frames = [scapy_frame(rng, 0, 4, paylen)
+              for paylen in list(range(0, n + 8, 4)) + [rng.randrange(0, 300) for _ in range(3)]]
+    assert run_inserter(width, frames, rng, 0.2, 0.2, variant=(0, 4)) == frames
 
 
 def test_inserter_rejects_bad_variant():
@@ -195,15 +212,18 @@ def test_inserter_full(width, seed):
 
 
 @pytest.mark.parametrize("width", FAST_WIDTHS)
-def test_inserter_latency(width):
-    """Constant latency: each beat leaves ``latency`` cycles after it was accepted."""
+@pytest.mark.parametrize("variant", [None, (0, 4)])
+def test_inserter_latency(width, variant):
+    """Constant latency: each beat leaves ``latency`` cycles after it was accepted (also with
+    the fixed variant's zeroing in front of the partial terms)."""
     from sim.stream import beats_of
     rng = random.Random(3)
     n = width // 8
     # 154 bytes without iCRC: 2 or 26 lanes used in the last beat, no extra beat
-    frames = [scapy_frame(rng, 0, 4, 100), scapy_frame(rng, 0, 6, 40)]
+    frames = [scapy_frame(rng, 0, 4, 100),
+              scapy_frame(rng, 0, 6, 40) if variant is None else scapy_frame(rng, 0, 4, 60)]
     beats = [b for f in frames for b in beats_of(f[:-4], width)]
-    dut = ICRCInserter(width)
+    dut = ICRCInserter(width, variant=variant)
     ins, outs = [], []
 
     async def producer(ctx):

@@ -539,7 +539,9 @@ class HeaderInserter(wiring.Component):
                                     & ~kill),
                     ]
                 continue
-            code = Signal(_code_width(len(sources)), name=f"sel_{first}")
+            # (a keep wire: the select is computed once per run, not re-derived in each bit's
+            # LUT chain)
+            code = Signal(_code_width(len(sources)), name=f"sel_{first}", attrs={"keep": 1})
             if len(sources) == n_cur:
                 # input lanes only (the others are outside keep when no input is taken)
                 m.d.comb += code.eq(e_code)

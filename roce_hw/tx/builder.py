@@ -13,8 +13,11 @@ from ..lib.icrc import ICRCInserter
 from ..lib.ipv4 import IPv4Checksum
 from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
 
-__all__ = ["PacketBuilder"]
+__all__ = ["ICRC_VARIANT", "PacketBuilder"]
 
+#: Frame variant ``(vlan, ip_version)`` of every frame built here: no ethertype compare in the
+#: iCRC inserter, whose zeroing then needs no register stage of its own.
+ICRC_VARIANT = (0, 4)
 
 
 class PacketBuilder(wiring.Component):
@@ -63,7 +66,8 @@ class PacketBuilder(wiring.Component):
     @property
     def latency(self):
         """Cycles from a ``hdr`` transfer (idle builder) to the first beat on ``o``."""
-        return HeaderInserter.latency + ICRCInserter.latency_for(self._width) + 1
+        return (HeaderInserter.latency
+                + ICRCInserter.latency_for(self._width, variant=ICRC_VARIANT) + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -71,7 +75,7 @@ class PacketBuilder(wiring.Component):
         n = w // 8
         m.submodules.hins = hins = HeaderInserter(w, self._variants, abort=True)
         # (every variant is IPv4 without a VLAN tag: no ethertype compare in the iCRC inserter)
-        m.submodules.icrc = icrc = ICRCInserter(w, variant=(0, 4))
+        m.submodules.icrc = icrc = ICRCInserter(w, variant=ICRC_VARIANT)
         m.submodules.csum = csum = IPv4Checksum()
 
         # checksums of frames between their `hdr` transfer and their checksum beat on `o`

@@ -12,7 +12,7 @@ from ..lib.icrc import ICRCInserter
 from ..lib.stream import PacketSignature, frame_layout
 from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
 from ..verbs import resume_layout, status_layout, wr_layout
-from .builder import PacketBuilder
+from .builder import ICRC_VARIANT, PacketBuilder
 from .commit import TX_VARIANTS, Commit
 from .cutter import PayloadCutter
 from .psn import PsnForward
@@ -88,7 +88,7 @@ class TxEngine(wiring.Component):
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
-    :attr:`latency` (engine idle, payload valid): 8, 8, 8, 10, 10 at 64, 128, 256, 512, 1024
+    :attr:`latency` (engine idle, payload valid): 7, 7, 7, 9, 9 at 64, 128, 256, 512, 1024
     bits (at 512 bits a frame whose header is longer than a beat, a WRITE's, comes one cycle
     sooner); measured by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
@@ -179,11 +179,13 @@ class TxEngine(wiring.Component):
         # inserter has the header's first beat out HeaderInserter.latency (2) cycles later. A
         # frame whose first beat holds payload bytes (the header is shorter than a beat) waits
         # for the payload instead: cutter command and output registers (2), then 1 cycle in the
-        # header inserter. The iCRC inserter adds its latency + 1.
+        # header inserter. The iCRC inserter (fixed variant: no zeroing register) adds its
+        # latency + 1.
         n = self._config.data_bytes
         min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
         first = 2 + (3 if min_header < n else HeaderInserter.latency)
-        return first + ICRCInserter.latency_for(self._config.data_width) + 1
+        return first + ICRCInserter.latency_for(self._config.data_width,
+                                                variant=ICRC_VARIANT) + 1
 
     @property
     def config(self):
