@@ -426,9 +426,20 @@ class HeaderInserter(wiring.Component):
                 hc_n.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
                 hc_n.pop_in.eq(~therm1 & hc.payload),
             ]
-        m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n),
-                     hd_take.eq(~hd_valid_n | hc_n.pop_now),
-                     hd_take_pf.eq((~hd_valid_n | hc_n.pop_now) & pf_valid_n)]
+        m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n)]
+        # the next cycle's take (~hd_valid | pop_now of the next cycle), from the conditions
+        # themselves rather than from hc_n: hc_n then has the control register as its only
+        # user, and the control register keeps its enable (4 levels, not 5, at 512 bits)
+        take_n = Signal()
+        with m.If(load):
+            m.d.comb += take_n.eq(src_ctl.pop_now)
+        with m.Elif(pop):
+            m.d.comb += take_n.eq(1)
+        with m.Elif(produce & act):
+            m.d.comb += take_n.eq(Mux(therm1, ~therm2 & s0, 1))
+        with m.Else():
+            m.d.comb += take_n.eq(~hd_valid | hc.pop_now)
+        m.d.sync += [hd_take.eq(take_n), hd_take_pf.eq(take_n & pf_valid_n)]
 
         # input beat: the bytes that spill into the next output beat and their keep
         spill_data = Signal(smax * 8)

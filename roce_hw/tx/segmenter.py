@@ -176,7 +176,7 @@ class Segmenter(wiring.Component):
         return m
 
     # ------------------------------------------------------------------ lengths
-    def _last_lengths(self, m, rem, reth, imm, name, opcode=None, any_of=None):
+    def _last_lengths(self, m, rem, reth, imm, name, opcode=None, any_of=None, lo_nz=None):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, a constant of the header variant and "``rem`` is not
@@ -184,7 +184,8 @@ class Segmenter(wiring.Component):
         ``opcode``, picks the constant operand in parallel with ``rem``'s own source, and the
         sum goes straight to the caller's register (ECP5: no multiplexer after the carry
         chain). ``any_of(lo, hi)`` is "``rem[lo:hi]`` is not zero" (``rem[lo:hi].any()`` if not
-        given)."""
+        given); ``lo_nz``, if given, is "the bytes below a beat are not zero" computed by the
+        caller."""
         if any_of is None:
             def any_of(lo, hi):
                 return rem[lo:hi].any()
@@ -217,9 +218,10 @@ class Segmenter(wiring.Component):
         ]
         # beats = ceil(rem / n): the low bits only as an OR into the carry in (an adder over
         # them would hand their OR to other logic as a carry output, two cells deep)
-        lo_nz = Signal(name=f"{name}_lo_nz")
-        m.d.comb += [lo_nz.eq(any_of(0, self._lg)),
-                     beats.eq(rem[self._lg:13] + lo_nz)]
+        if lo_nz is None:
+            lo_nz = Signal(name=f"{name}_lo_nz")
+            m.d.comb += lo_nz.eq(any_of(0, self._lg))
+        m.d.comb += beats.eq(rem[self._lg:13] + lo_nz)
         return tl, ul, beats
 
     def _pre_shapes(self):
@@ -263,14 +265,15 @@ class Segmenter(wiring.Component):
         m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
         return pk, lik
 
-    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None):
+    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None, lo_nz=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
         :meth:`_pre_shapes`), computed before the PMTU is known. ``hz`` is "``rem[14:]`` is
         zero" (computed here if not given): every test below then looks at 14 bits at most,
         which keeps Yosys from chaining the wide zero tests. ``nib``, if given, are registered
         "``rem[4 i:4 i + 4]`` is not zero" flags for the nibbles below bit 16, which the zero
         tests then use in place of the bits: no test is more than one LUT of its inputs, and
-        no prefix OR is left for the mapper to chain."""
+        no prefix OR is left for the mapper to chain. ``lo_nz``, if given, is "``rem`` is not
+        a multiple of the beat" (see :meth:`_last_lengths`)."""
         if hz is None:
             hz = Signal(name=f"{name}_hz")
             m.d.comb += hz.eq(~rem[_HZ:].any())
@@ -299,7 +302,7 @@ class Segmenter(wiring.Component):
                                         (~rem[k] | ~any_of(0, k)))
         m.d.comb += out["nz"].eq(~hz | any_of(0, _HZ))
         out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode,
-                                                                any_of=any_of)
+                                                                any_of=any_of, lo_nz=lo_nz)
         return out
 
     # ------------------------------------------------------------------ accept
@@ -354,7 +357,18 @@ class Segmenter(wiring.Component):
         pre_op = Signal.like(self.wr.payload.opcode)
         m.d.comb += [pre_len.eq(Mux(a["valid"], a["wr"].length, length)),
                      pre_op.eq(Mux(a["valid"], a["wr"].opcode, self.wr.payload.opcode))]
-        pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op)
+        # The beat count's carry in ("bytes below a beat") as two keep wires: from the port's
+        # own bits, then that or its registered copy while the accept register is full (the
+        # same WR; a resume uses the `r` precompute, not this one): without them the mapper
+        # built it from pre_len's multiplexed bits in a chain of four LUTs in front of the
+        # carry chain (7 cells at 64 bits).
+        w_lo = Signal(name="w_lo_port", attrs={"keep": 1})
+        w_lo_nz = Signal(name="w_lo_nz", attrs={"keep": 1})
+        w_lo_reg = Signal(name="w_lo_reg")
+        m.d.comb += [w_lo.eq(length[:self._lg].any()),
+                     w_lo_nz.eq(Mux(a["valid"], w_lo_reg, w_lo))]
+        m.d.sync += w_lo_reg.eq(w_lo_nz)
+        pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op, lo_nz=w_lo_nz)
         with m.If(go_r | go_w):
             m.d.sync += [
                 a["valid"].eq(1), a["wr"].eq(wr_in), a["res"].eq(go_r),
