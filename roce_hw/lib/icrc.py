@@ -383,7 +383,7 @@ class ICRCInserter(wiring.Component):
     6, and fewer LUTs at 1024 bits). With ``variant`` set, the zeroing needs no ethertype
     compare and is an AND in front of the partial terms (of :data:`_CHUNK_COMB` bits, so the
     AND and the XOR fit the stage), with no register of its own: one cycle less (latency 2, 2,
-    2, 3, 3 by default), for about 700 more LUTs at 512 bits in the TX engine.
+    2, 3, 3 by default), for about 750 more LUTs at 512 bits in the TX engine.
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
