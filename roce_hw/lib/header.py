@@ -416,6 +416,8 @@ class HeaderInserter(wiring.Component):
             m.d.comb += hd_next.eq(port_image)
         with m.If(hd_en):
             m.d.sync += hd.eq(hd_next)
+        # pop_now after a pure header beat that is not the last reader
+        shift_pop_now = Mux(therm1, ~therm2 & s0, 1)
         with m.If(load):
             m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(1)]
         with m.Elif(pop):
@@ -423,7 +425,7 @@ class HeaderInserter(wiring.Component):
         with m.Elif(produce & act):         # a pure header beat that is not the last reader
             m.d.comb += [
                 hc_n.therm.eq(hc.therm[1:]), hc_n.first.eq(0),
-                hc_n.pop_now.eq(Mux(therm1, ~therm2 & s0, 1)),
+                hc_n.pop_now.eq(shift_pop_now),
                 hc_n.pop_in.eq(~therm1 & hc.payload),
             ]
         m.d.sync += [hd_valid.eq(hd_valid_n), hc.eq(hc_n)]
@@ -436,7 +438,7 @@ class HeaderInserter(wiring.Component):
         with m.Elif(pop):
             m.d.comb += take_n.eq(1)
         with m.Elif(produce & act):
-            m.d.comb += take_n.eq(Mux(therm1, ~therm2 & s0, 1))
+            m.d.comb += take_n.eq(shift_pop_now)
         with m.Else():
             m.d.comb += take_n.eq(~hd_valid | hc.pop_now)
         m.d.sync += [hd_take.eq(take_n), hd_take_pf.eq(take_n & pf_valid_n)]

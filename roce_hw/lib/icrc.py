@@ -436,7 +436,8 @@ class ICRCInserter(wiring.Component):
     @property
     def latency(self):
         """Cycles from an input beat's transfer to its appearance on ``o`` (no stalls)."""
-        return 2 + self._front + self._rev_cycles
+        return self.latency_for(self._width, rewind_per_cycle=self._per_cycle,
+                                variant=self._variant)
 
     @staticmethod
     def _rewind_cycles(q_bits, per_cycle):
