@@ -25,7 +25,7 @@ def _case(rng, n):
     cnt = length - (beats - 1) * n
     pk = _mask(cnt)
     lik = _mask(min(n, -(-cnt // 4) * 4))
-    cmd = {"beats": beats, "pk": pk, "lik": lik, "last_msg": 1, "drain": 0}
+    cmd = {"beats": beats, "pk": pk, "lik": lik, "pkc": cnt, "last_msg": 1, "drain": 0}
     kind = rng.choice(["ok", "ok", "short", "long", "hole", "extra", "less", "none"])
     keeps = [_mask(n)] * (beats - 1) + [pk]
     if kind == "short" and beats > 1:
@@ -67,11 +67,13 @@ def _case(rng, n):
 @pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.slow),
                                    pytest.param(256, marks=pytest.mark.slow),
                                    pytest.param(1024, marks=pytest.mark.slow)])
-def test_cutter_against_reference(width):
+@pytest.mark.parametrize("early", [False, True])
+def test_cutter_against_reference(width, early):
+    """``early`` (the first beat in the command's own cycle) gives the same beats and checks."""
     n = width // 8
     rng = random.Random(7000 + width)
     cases = [_case(rng, n) for _ in range(120)]
-    dut = PayloadCutter(width)
+    dut = PayloadCutter(width, early=early)
     got, dones = [], []
 
     async def commands(ctx):
@@ -101,3 +103,38 @@ def test_cutter_against_reference(width):
     assert dones == [c[3] for c in cases]
     kinds = {c[3] for c in cases}
     assert kinds == {True, False}
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_cutter_command_latency(early):
+    """With the payload staged and the cutter idle, a command transferred in cycle t has its
+    first beat on ``o`` in cycle t + 2, or t + 1 with ``early``."""
+    width = 64
+    dut = PayloadCutter(width, early=early)
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i.payload, {"data": 0x1122334455667788, "keep": 0xFF, "first": 1, "last": 0})
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick().repeat(3)             # the beat is staged; no command yet
+        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.cmd.payload, {"beats": 2, "pk": 0xFF, "lik": 0xFF, "pkc": 8, "last_msg": 1,
+                                  "drain": 0})
+        ctx.set(dut.cmd.valid, 1)
+        cycle = 0
+        while True:
+            _, _, ready, ovalid = await ctx.tick().sample(dut.cmd.ready, dut.o.valid)
+            if ready and "cmd" not in seen:
+                seen["cmd"] = cycle
+                ctx.set(dut.cmd.valid, 0)
+            cycle += 1
+            if ctx.get(dut.o.valid):
+                seen["o"] = cycle
+                assert ctx.get(dut.o.payload.data) == 0x1122334455667788
+                assert ctx.get(dut.o.payload.first) == 1
+                break
+            assert cycle < 10
+
+    run_simulation(dut, [bench], cycles=100)
+    assert seen["o"] - seen["cmd"] == (1 if early else 2)

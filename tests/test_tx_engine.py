@@ -487,7 +487,8 @@ def test_back_to_back_all_widths(width, length, count):
 def test_latency_wr_to_first_byte_is_documented(width):
     """WR accepted (engine idle, payload valid) -> first beat out in exactly the documented
     ``TxEngine.latency`` cycles for a SEND (the shortest header: at 512 and 1024 bits its first
-    beat holds payload, the slower case), at most that for a WRITE."""
+    beat holds payload, which the cutter passes in its command's cycle), at most that for a
+    WRITE."""
     dut = TxEngine(EngineConfig(data_width=width))
     res = _stream(width, 64, 1, 1024, opcode=WO.SEND)
     assert res["beat_cycles"][0] - res["wr_cycles"][0] == dut.latency

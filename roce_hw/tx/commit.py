@@ -60,6 +60,14 @@ class Commit(wiring.Component):
     the cutter). Latency: a descriptor is committed in the cycle it is presented when nothing
     holds it; ``hdr``/``cut`` are driven from it combinationally.
 
+    Parameters
+    ----------
+    config : EngineConfig
+    early_check : bool
+        The payload check (``done``) of a packet may come in the cycle after its commit (a
+        :class:`~roce_hw.tx.cutter.PayloadCutter` with ``early``); by default it comes at least
+        two cycles after.
+
     Members
     -------
     i : ``In(stream.Signature(desc_layout(config)))``
@@ -76,8 +84,9 @@ class Commit(wiring.Component):
         As in :class:`roce_hw.tx.engine.TxEngine`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, early_check=False):
         self._config = check_config(config)
+        self._early_check = bool(early_check)
         qw = qp_index_width(config.n_qp)
         super().__init__({
             "i": In(stream.Signature(desc_layout(config))),
@@ -155,6 +164,7 @@ class Commit(wiring.Component):
             self.cut.payload.beats.eq(d.beats),
             self.cut.payload.pk.eq(d.pk),
             self.cut.payload.lik.eq(d.lik),
+            self.cut.payload.pkc.eq(d.pkc),
             self.cut.payload.last_msg.eq(d.last),
             self.cut.payload.drain.eq(refused),
         ]
@@ -173,14 +183,20 @@ class Commit(wiring.Component):
         # The wide part a cycle later, from a copy of the descriptor made in every cycle: its
         # enable is then a register, not the late `take` (ECP5 timing). The packet's check
         # (`done`) comes at least two cycles after its commit (cutter command and output
-        # registers), so it never reads the copy before it is there.
+        # registers), so it never reads the copy before it is there. With `early_check` (the
+        # cutter passes a packet's first beat in its command's cycle) the check may come in the
+        # next cycle: the registers then load at the commit.
         src = {"qp": d.qp, "psn": d.bth.psn, "wr_id": d.wr_id, "tag": d.tag, "last": d.last,
                "new": d.first & d.last}
-        dly = {k: Signal.like(fl[k], name=f"dl_{k}") for k in src}
-        dly_go = Signal()
-        m.d.sync += [dly[k].eq(v) for k, v in src.items()] + [dly_go.eq(take & ~refused)]
-        with m.If(dly_go):
-            m.d.sync += [fl[k].eq(dly[k]) for k in dly]
+        if self._early_check:
+            with m.If(take & ~refused):
+                m.d.sync += [fl[k].eq(v) for k, v in src.items()]
+        else:
+            dly = {k: Signal.like(fl[k], name=f"dl_{k}") for k in src}
+            dly_go = Signal()
+            m.d.sync += [dly[k].eq(v) for k, v in src.items()] + [dly_go.eq(take & ~refused)]
+            with m.If(dly_go):
+                m.d.sync += [fl[k].eq(dly[k]) for k in dly]
 
         # ---------------------------------------------------------------- write-backs, flush
         wb_valid = Signal()

@@ -17,14 +17,16 @@ def cut_layout(width):
     """One command of the cutter.
 
     ``beats``: payload beats of the packet; ``pk``: ``keep`` of the payload bytes in its last
-    beat; ``lik``: the same rounded up to a multiple of 4 bytes (payload + PadCnt zero bytes);
+    beat; ``lik``: the same rounded up to a multiple of 4 bytes (payload + PadCnt zero bytes;
+    whole 4-lane groups: the cutter reads one bit per group);
+    ``pkc``: the lanes set in ``pk`` (1 to ``W/8``);
     ``last_msg``: the packet holds the end of the message (the input packet must end there);
     ``drain``: no packet, drop the input packet (a refused work request).
     """
     check_data_width(width)
     n = width // 8
     return data.StructLayout({"beats": 13 - (n - 1).bit_length(), "pk": n, "lik": n,
-                              "last_msg": 1, "drain": 1})
+                              "pkc": n.bit_length(), "last_msg": 1, "drain": 1})
 
 
 class PayloadCutter(wiring.Component):
@@ -43,13 +45,22 @@ class PayloadCutter(wiring.Component):
     lane count and a "contiguous from lane 0" flag: the end-of-packet check is then a compare
     of a few bits (no comparison of two ``W/8``-bit masks on the path to the output registers).
 
-    Latency: a command taken in cycle t passes staged input beats from cycle t + 1; an input
-    beat transferred in cycle t is staged in t + 1 and on ``o`` in cycle t + 2 (at the earliest;
-    the stage fills while the command is on its way, so it adds no latency when the payload is
-    there first). ``done`` pulses in the cycle after the packet's last beat left the stage
-    (``mism`` = 0: the packet was complete). Throughput: one beat per cycle; one idle cycle
-    between two commands. ``cmd`` is taken when the previous command is finished.
+    Latency: a command taken in cycle t passes staged input beats from cycle t + 1 (with
+    ``early``: from cycle t, the command port's fields used directly while the cutter is idle);
+    an input beat transferred in cycle t is staged in t + 1 and on ``o`` in cycle t + 2 (at the
+    earliest; the stage fills while the command is on its way, so it adds no latency when the
+    payload is there first). ``done`` pulses in the cycle after the packet's last beat left the
+    stage (``mism`` = 0: the packet was complete), so at least 2 cycles after its command was
+    taken (1 with ``early``). Throughput: one beat per cycle; one idle cycle between two
+    commands (none with ``early``). ``cmd`` is taken when the previous command is finished.
     Backpressure: ``o`` stalls ``i``; ``i.ready`` is one LUT of registers and ``o.ready``.
+
+    Parameters
+    ----------
+    width : int
+    early : bool
+        Pass the first beat in the command's own cycle (one cycle less from command to
+        ``o``; ``cmd.valid`` then reaches the output register's enable).
 
     Members
     -------
@@ -62,8 +73,9 @@ class PayloadCutter(wiring.Component):
         One pulse per command that is not a ``drain``.
     """
 
-    def __init__(self, width):
+    def __init__(self, width, *, early=False):
         self._width = check_data_width(width)
+        self._early = bool(early)
         super().__init__({
             "cmd": In(stream.Signature(cut_layout(width))),
             "i": In(PacketSignature(width)),
@@ -109,7 +121,6 @@ class PayloadCutter(wiring.Component):
         first = Signal()
         pk_cnt = Signal.like(s_cnt)
         m.d.comb += self.cmd.ready.eq(~active)
-        c_cnt, _ = self._keep_code(m, self.cmd.payload.pk, "c_pk")
         # The command registers follow `cmd` while the cutter is idle, valid or not (none of
         # them is read while it is idle): their enable is the register `active`, not the late
         # `cmd.valid` of the commit stage (ECP5 timing). Only `active` waits for `cmd.valid`.
@@ -117,43 +128,72 @@ class PayloadCutter(wiring.Component):
             c = self.cmd.payload
             m.d.sync += [active.eq(self.cmd.valid), drain.eq(c.drain), left.eq(c.beats),
                          one_left.eq(c.beats == 1), pk.eq(c.pk), lik.eq(c.lik),
-                         last_msg.eq(c.last_msg), first.eq(1), pk_cnt.eq(c_cnt)]
+                         last_msg.eq(c.last_msg), first.eq(1), pk_cnt.eq(c.pkc)]
+
+        # The command in effect: the registers, or (early, while idle) the command port itself.
+        if self._early:
+            c = self.cmd.payload
+            e = {"active": Signal(name="e_active"), "drain": Signal(name="e_drain"),
+                 "left": Signal.like(left, name="e_left"), "one_left": Signal(name="e_one_left"),
+                 "pk": Signal(n, name="e_pk"), "lik": Signal(n, name="e_lik"),
+                 "last_msg": Signal(name="e_last_msg"), "first": Signal(name="e_first"),
+                 "pk_cnt": Signal.like(pk_cnt, name="e_pk_cnt")}
+            m.d.comb += [
+                e["active"].eq(active | self.cmd.valid),
+                e["drain"].eq(Mux(active, drain, c.drain)),
+                e["left"].eq(Mux(active, left, c.beats)),
+                e["one_left"].eq(Mux(active, one_left, c.beats == 1)),
+                e["pk"].eq(Mux(active, pk, c.pk)),
+                e["lik"].eq(Mux(active, lik, c.lik)),
+                e["last_msg"].eq(Mux(active, last_msg, c.last_msg)),
+                e["first"].eq(active & first | ~active),
+                e["pk_cnt"].eq(Mux(active, pk_cnt, c.pkc)),
+            ]
+        else:
+            e = {"active": active, "drain": drain, "left": left, "one_left": one_left, "pk": pk,
+                 "lik": lik, "last_msg": last_msg, "first": first, "pk_cnt": pk_cnt}
 
         o_free = Signal()
         take = Signal()
         m.d.comb += [
             o_free.eq(~self.o.valid | self.o.ready),
-            s_ready.eq(active & (drain | o_free)),
-            take.eq(s_take & ~drain),
+            s_ready.eq(e["active"] & (e["drain"] | o_free)),
+            take.eq(s_take & ~e["drain"]),
         ]
         end = Signal()           # the message's end is due in this beat
         keep_ok = Signal()       # the beat's keep is the expected one (pk)
         mism = Signal()
         m.d.comb += [
-            end.eq(one_left & last_msg),
-            keep_ok.eq(s_ok & (s_cnt == pk_cnt)),
+            end.eq(e["one_left"] & e["last_msg"]),
+            keep_ok.eq(s_ok & (s_cnt == e["pk_cnt"])),
             mism.eq(Mux(beat.last, ~end | ~keep_ok, end)),
         ]
         mask = Signal(self._width)
-        m.d.comb += mask.eq(Cat(*[Mux(one_left, pk[j], 1).replicate(8) for j in range(n)]))
+        m.d.comb += mask.eq(Cat(*[Mux(e["one_left"], e["pk"][j], 1).replicate(8)
+                                  for j in range(n)]))
 
+        # The output keep is whole 4-lane groups (lik, or all lanes): one flip-flop per group,
+        # so that every block downstream sees the lanes of a group as one signal.
+        keep4 = Signal(n // 4, name="o_keep4")
+        m.d.comb += self.o.payload.keep.eq(Cat(*[keep4[j // 4] for j in range(n)]))
         with m.If(o_free):
             m.d.sync += self.o.valid.eq(take)
         with m.If(take):
             m.d.sync += [
                 self.o.payload.data.eq(beat.data & mask),
-                self.o.payload.keep.eq(Mux(one_left & ~mism, lik, (1 << n) - 1)),
-                self.o.payload.first.eq(first),
-                self.o.payload.last.eq(one_left | mism),
+                keep4.eq(Mux(e["one_left"] & ~mism, e["lik"][::4], (1 << (n // 4)) - 1)),
+                self.o.payload.first.eq(e["first"]),
+                self.o.payload.last.eq(e["one_left"] | mism),
                 self.o.payload.abort.eq(mism),
                 first.eq(0),
-                left.eq(left - 1),
-                one_left.eq(left == 2),
+                left.eq(e["left"] - 1),
+                one_left.eq(e["left"] == 2),
             ]
-            with m.If(one_left | mism):
+            with m.If(e["one_left"] | mism):
                 # the packet ends here; an input packet that goes on is dropped to its end
                 m.d.sync += [active.eq(mism & ~beat.last), drain.eq(1)]
-        with m.If(s_take & drain & beat.last):
+        with m.If(s_take & e["drain"] & beat.last):
             m.d.sync += active.eq(0)
-        m.d.sync += [self.done.valid.eq(take & (one_left | mism)), self.done.payload.mism.eq(mism)]
+        m.d.sync += [self.done.valid.eq(take & (e["one_left"] | mism)),
+                     self.done.payload.mism.eq(mism)]
         return m

@@ -88,9 +88,9 @@ class TxEngine(wiring.Component):
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
-    :attr:`latency` (engine idle, payload valid): 7, 7, 7, 9, 9 at 64, 128, 256, 512, 1024
-    bits (at 512 bits a frame whose header is longer than a beat, a WRITE's, comes one cycle
-    sooner); measured by ``tests/test_tx_engine.py`` and ``python -m bench.throughput``.
+    :attr:`latency` (engine idle, payload valid): 7, 7, 7, 8, 8 at 64, 128, 256, 512, 1024
+    bits, for every opcode; measured by ``tests/test_tx_engine.py`` and
+    ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
     frame in the next cycle (also across WRs and QPs) as long as frames are at least two beats
     long (a frame of one beat, possible at 1024 bits for a message of under 50 bytes, is
@@ -177,15 +177,20 @@ class TxEngine(wiring.Component):
         of its first frame on ``o``."""
         # WR -> descriptor on the segmenter's output (2 cycles) -> committed there; the header
         # inserter has the header's first beat out HeaderInserter.latency (2) cycles later. A
-        # frame whose first beat holds payload bytes (the header is shorter than a beat) waits
-        # for the payload instead: cutter command and output registers (2), then 1 cycle in the
-        # header inserter. The iCRC inserter (fixed variant: no zeroing register) adds its
-        # latency + 1.
-        n = self._config.data_bytes
-        min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
-        first = 2 + (3 if min_header < n else HeaderInserter.latency)
+        # frame whose first beat holds payload bytes (the header is shorter than a beat) has its
+        # payload there as early: the cutter passes a packet's first beat in its command's cycle
+        # (see _payload_first), then 1 cycle in the header inserter. The iCRC inserter (fixed
+        # variant: no zeroing register) adds its latency + 1.
+        first = 2 + HeaderInserter.latency
         return first + ICRCInserter.latency_for(self._config.data_width,
                                                 variant=ICRC_VARIANT) + 1
+
+    def _payload_first(self):
+        """Some frames' first beat holds payload bytes (the shortest header is shorter than a
+        beat): the cutter then passes a packet's first beat in its command's cycle, so the
+        payload meets the header in the header inserter as early as a header beat would."""
+        min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
+        return min_header < self._config.data_bytes
 
     @property
     def config(self):
@@ -198,8 +203,9 @@ class TxEngine(wiring.Component):
         m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
         m.submodules.psn_fwd = fwd = PsnForward(cfg.n_qp)
         m.submodules.segmenter = seg = Segmenter(cfg)
-        m.submodules.commit = com = Commit(cfg)
-        m.submodules.cutter = cut = PayloadCutter(cfg.data_width)
+        early = self._payload_first()
+        m.submodules.commit = com = Commit(cfg, early_check=early)
+        m.submodules.cutter = cut = PayloadCutter(cfg.data_width, early=early)
         m.submodules.builder = bld = PacketBuilder(cfg.data_width, TX_VARIANTS)
 
         # management and the QP table

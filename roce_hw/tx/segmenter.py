@@ -54,6 +54,8 @@ def desc_layout(config):
     ``psn_next``        the BTH PSN + 1 (modulo 2**24)
     ``pk``, ``lik``     ``keep`` of the payload bytes in the packet's last payload beat, and the
                         same rounded up to a multiple of 4 (with the PadCnt bytes)
+    ``pkc``             the lanes set in ``pk`` (1 to W/8), so the cutter compares counts
+                        without counting ``pk``
     ``va``, ``r_key``,  RETH fields (``remote_addr``, ``r_key``, message length)
     ``dma_length``
     ``imm_data``        ImmDt
@@ -68,7 +70,7 @@ def desc_layout(config):
         "qp": qp_index_width(config.n_qp), "wr_id": 64, "tag": 1, "refuse": 5,
         "first": 1, "last": 1, "resumed": 1, "has_payload": 1,
         "has_pay": 1, "refused": 1, "index": 23, "psn_next": 24, "pay_len": 13,
-        "pk": n, "lik": n, "beats": 13 - (n - 1).bit_length(),
+        "pk": n, "lik": n, "pkc": n.bit_length(), "beats": 13 - (n - 1).bit_length(),
         "tot_len": 16, "udp_len": 16, "reth": 1, "imm": 1,
         "bth": layouts.BTH,
         "va": 64, "r_key": 32, "dma_length": 32, "imm_data": 32,
@@ -241,8 +243,9 @@ class Segmenter(wiring.Component):
         k = {"z": Signal(name=f"{name}_z"),
              "gt_hi": [Signal(name=f"{name}_gth{a}") for a in range(na)],
              "eq_hi": [Signal(name=f"{name}_eqh{a}") for a in range(na)],
-             "gt_lo": [Signal(name=f"{name}_gtl{b}") for b in range(8)]}
-        m.d.sync += k["z"].eq(cnt == 0)
+             "gt_lo": [Signal(name=f"{name}_gtl{b}") for b in range(8)],
+             "cnt": Signal(lg, name=f"{name}_cnt")}
+        m.d.sync += [k["z"].eq(cnt == 0), k["cnt"].eq(cnt)]
         # (no compare against the largest value: it would be constant)
         m.d.sync += [k["gt_lo"][b].eq(lo > b if b < 7 else 0) for b in range(8)]
         for a_ in range(na):
@@ -254,8 +257,9 @@ class Segmenter(wiring.Component):
         return k
 
     def _keep_lanes(self, m, k, name):
-        """``keep`` of the payload bytes in the last beat (``pk``) and the same rounded up to 4
-        bytes (``lik``, PadCnt) from :meth:`_keep_decode` flags: one LUT per lane."""
+        """``keep`` of the payload bytes in the last beat (``pk``), the same rounded up to 4
+        bytes (``lik``, PadCnt), from :meth:`_keep_decode` flags: one LUT per lane; and the lanes
+        set in ``pk`` (``pkc``: the byte count, 0 meaning all, is ``n`` when ``cnt == 0``)."""
         n = self._n
         pk = Signal(n, name=f"{name}_pk")
         lik = Signal(n, name=f"{name}_lik")
@@ -263,7 +267,9 @@ class Segmenter(wiring.Component):
                               (k["eq_hi"][j >> 3] & k["gt_lo"][j & 7])) for j in range(n)]
         # every 4-byte group that has a payload byte is kept whole
         m.d.comb += lik.eq(Cat(*[pk[j & ~3] for j in range(n)]))
-        return pk, lik
+        pkc = Signal(n.bit_length(), name=f"{name}_pkc")
+        m.d.comb += pkc.eq(Cat(k["cnt"], k["z"]))
+        return pk, lik, pkc
 
     def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None, lo_nz=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
@@ -541,7 +547,7 @@ class Segmenter(wiring.Component):
                                                                                   fr))))
         l_q_f = [Signal(name=f"l_q_f{_Q_CHUNK}")]
         _select(m, code, [a["qz"][c] for c in _PMTU_CODES], l_q_f[0])
-        l_pk, l_lik = self._keep_lanes(m, a["keep"], "l")
+        l_pk, l_lik, l_pkc = self._keep_lanes(m, a["keep"], "l")
         # lengths of full packets: constants chosen by the PMTU code (and the variant)
         l_full = {}
         for key, (reth, imm) in {"tl": (0, 0), "ul": (0, 0), "tl_i": (0, 1), "ul_i": (0, 1),
@@ -581,6 +587,7 @@ class Segmenter(wiring.Component):
         assert all((128 << c) % n == 0 for c in _PMTU_CODES)
         r_pk = Signal(self._n, name="m_r_pk")
         r_lik = Signal(self._n, name="m_r_lik")
+        r_pkc = Signal.like(l_pkc, name="m_r_pkc")
         r_tl = Signal(16, name="m_r_tl")
         r_ul = Signal(16, name="m_r_ul")
         r_beats = Signal(len(r_len[2]), name="m_r_beats")
@@ -610,6 +617,7 @@ class Segmenter(wiring.Component):
                 d.beats.eq(Mux(n_part, r_beats, pmtu_beats)),
                 d.pk.eq(Mux(n_part, r_pk, (1 << n) - 1)),
                 d.lik.eq(Mux(n_part, r_lik, (1 << n) - 1)),
+                d.pkc.eq(Mux(n_part, r_pkc, n)),
                 d.tot_len.eq(Mux(n_part, r_tl, Mux(has_imm & n_last, full["tl_i"], full["tl"]))),
                 d.udp_len.eq(Mux(n_part, r_ul, Mux(has_imm & n_last, full["ul_i"], full["ul"]))),
                 d.reth.eq(0), d.imm.eq(has_imm & n_last),
@@ -644,6 +652,7 @@ class Segmenter(wiring.Component):
                 d.beats.eq(Mux(l_le, pre["beats"], l_pmtu_b >> lg)),
                 d.pk.eq(Mux(l_le, l_pk, (1 << n) - 1)),
                 d.lik.eq(Mux(l_le, l_lik, (1 << n) - 1)),
+                d.pkc.eq(Mux(l_le, l_pkc, n)),
                 # a last packet's lengths were computed with the request; a full first one
                 # has the RETH of a WRITE and no ImmDt
                 d.tot_len.eq(Mux(l_le, pre["tl"], Mux(a["reth"], l_full["tl_r"], l_full["tl"]))),
@@ -657,7 +666,7 @@ class Segmenter(wiring.Component):
                 d.imm_data.eq(w.imm),
                 d.remote_mac.eq(row.remote_mac), d.remote_ip.eq(row.remote_ip),
                 d.udp_sport.eq(row.udp_sport), d.dscp.eq(row.dscp), d.ecn.eq(row.ecn),
-                r.eq(l_r), r_nz.eq(l_r != 0), r_pk.eq(l_pk), r_lik.eq(l_lik),
+                r.eq(l_r), r_nz.eq(l_r != 0), r_pk.eq(l_pk), r_lik.eq(l_lik), r_pkc.eq(l_pkc),
                 pmtu_b.eq(l_pmtu_b), pmtu_beats.eq(l_pmtu_b >> lg),
                 full["tl"].eq(l_full["tl"]), full["ul"].eq(l_full["ul"]),
                 full["tl_i"].eq(l_full["tl_i"]), full["ul_i"].eq(l_full["ul_i"]),
