@@ -146,7 +146,11 @@ class QPStateTable(wiring.Component):
     read issued in the same cycle sees them (transparent); a ``tx_rd`` read issued in the same
     cycle returns the row from before them, one issued later sees them (the TX path forwards its
     own write-backs, and keeping ``tx_rd`` non-transparent keeps the write arbitration off its
-    data path).
+    data path). The management read ports are not transparent either: the rows they return
+    are patched after their registers, from registered copies of what was written in the read's
+    cycle (the request's own row for a write; ``tx_upd``'s and ``una_upd``'s fields when they
+    write the row being read), decided from the ports alone, so the write arbitration is not on
+    the response's data path either (ECP5 timing).
 
     Arbitration. Only a management *write* to a valid row competes with the internal writers
     (management reads use their own read ports; out-of-range requests write nothing; ``tx_upd``
@@ -277,7 +281,7 @@ class QPStateTable(wiring.Component):
         # a management write is seen by reads after its response; this keeps the write ports'
         # arbitration off the read data path
         trd = {k: mem.read_port() for k, mem in mems.items()}
-        mrd = {k: mem.read_port(transparent_for=(wr[k],)) for k, mem in mems.items()}
+        mrd = {k: mem.read_port() for k, mem in mems.items()}
 
         req = self.mgmt_req
         # the response register drives `mgmt_rsp` through a ReadyBreak, so the external
@@ -386,18 +390,64 @@ class QPStateTable(wiring.Component):
             ]
         with m.Elif(rsp.ready):
             m.d.sync += rsp.valid.eq(0)
-        self._gather(m, rsp.payload.ctx, mrd, None if self._all_valid else rsp_ok_q)
+        patched = self._patch(m, mrd, rsp_free, req, tx, tx_ok, una, una_ok)
+        self._gather(m, rsp.payload.ctx, patched, None if self._all_valid else rsp_ok_q)
         return m
 
     @staticmethod
+    def _patch(m, mrd, en, req, tx, tx_ok, una, una_ok):
+        """The management read data with the writes of its own cycle applied (the transparency
+        of the read), from registers loaded with the read ports (enable ``en``). What was
+        written is decided from the ports, not the arbitration: a write request is taken only
+        when it wins (its own row is then what was written), and a read request never competes,
+        so ``tx_upd``/``una_upd`` write in its cycle exactly when they are valid (and in range).
+        Returns ``{memory: data}`` like the read ports'."""
+        echo = Signal(name="mrd_echo")                 # the request is a write: its own row
+        echo_ctx = Signal(QP_CONTEXT, name="mrd_echo_ctx")
+        tx_hit = Signal(name="mrd_tx_hit")             # tx_upd wrote the row read
+        una_hit = Signal(name="mrd_una_hit")
+        same_tx = Signal()
+        same_una = Signal()
+        m.d.comb += [same_tx.eq(tx.valid & tx_ok & (tx.payload.qp == req.payload.qp)),
+                     same_una.eq(una.valid & una_ok & (una.payload.qp == req.payload.qp))]
+        tx_psn_we = Signal(name="mrd_tx_psn_we")
+        tx_state_we = Signal(name="mrd_tx_state_we")
+        tx_psn = Signal(24, name="mrd_tx_psn")
+        tx_state = Signal.like(tx.payload.state, name="mrd_tx_state")
+        una_psn = Signal(24, name="mrd_una_psn")
+        with m.If(en):
+            m.d.sync += [
+                echo.eq(req.payload.write), echo_ctx.eq(req.payload.ctx),
+                tx_hit.eq(same_tx), tx_psn_we.eq(tx.payload.psn_we),
+                tx_state_we.eq(tx.payload.state_we),
+                tx_psn.eq(tx.payload.next_psn), tx_state.eq(tx.payload.state),
+                una_hit.eq(same_una), una_psn.eq(una.payload.una_psn),
+            ]
+        out = {"cfg": Signal.like(mrd["cfg"].data, name="mrd_cfg"),
+               "psn": Signal(24, name="mrd_psn"),
+               "state": Signal.like(mrd["state"].data, name="mrd_state"),
+               "una": Signal(24, name="mrd_una")}
+        for name, _ in _CFG:
+            m.d.comb += out["cfg"][name].eq(Mux(echo, echo_ctx[name], mrd["cfg"].data[name]))
+        m.d.comb += [
+            out["psn"].eq(Mux(echo, echo_ctx.next_psn,
+                              Mux(tx_hit & tx_psn_we, tx_psn, mrd["psn"].data))),
+            out["state"].eq(Mux(echo, echo_ctx.state,
+                                Mux(tx_hit & tx_state_we, tx_state, mrd["state"].data))),
+            out["una"].eq(Mux(echo, echo_ctx.una_psn, Mux(una_hit, una_psn, mrd["una"].data))),
+        ]
+        return out
+
+    @staticmethod
     def _gather(m, out, ports, ok):
-        """Assemble a row from the read ports' data; all-zero when ``ok`` is low (no gating
-        when ``ok`` is None)."""
-        stmts = [out[name].eq(ports["cfg"].data[name]) for name, _ in _CFG]
+        """Assemble a row from the read ports' data (or ``{memory: data}``); all-zero when ``ok``
+        is low (no gating when ``ok`` is None)."""
+        data = {k: getattr(p, "data", p) for k, p in ports.items()}
+        stmts = [out[name].eq(data["cfg"][name]) for name, _ in _CFG]
         stmts += [
-            out.next_psn.eq(ports["psn"].data),
-            out.state.eq(ports["state"].data),
-            out.una_psn.eq(ports["una"].data),
+            out.next_psn.eq(data["psn"]),
+            out.state.eq(data["state"]),
+            out.una_psn.eq(data["una"]),
         ]
         if ok is None:
             m.d.comb += stmts

@@ -406,7 +406,13 @@ class HeaderInserter(wiring.Component):
         hd_en = Signal(attrs={"keep": 1})
         hd_take = Signal(init=1)
         hd_take_pf = Signal()
-        m.d.comb += hd_en.eq(~hd_valid | (o_load & ~post & (~hc.pop_in | self.i.valid)))
+        # (its two terms are keep wires too: each is one LUT of registers and the handshake
+        # signals of the neighbouring ready-breaks, so the enable is two LUT levels and ABC
+        # cannot fold it into shared logic: its fan-out, every header flip-flop, is its delay)
+        hd_en_o = Signal(attrs={"keep": 1})
+        hd_en_i = Signal(attrs={"keep": 1})
+        m.d.comb += [hd_en_o.eq(o_load & ~post), hd_en_i.eq(~hc.pop_in | self.i.valid),
+                     hd_en.eq(~hd_valid | (hd_en_o & hd_en_i))]
         hd_next = Signal.like(hd)
         with m.If(~hd_take):
             m.d.comb += hd_next.eq(hd[w:])

@@ -88,8 +88,8 @@ class TxEngine(wiring.Component):
     the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
-    :attr:`latency` (engine idle, payload valid): 7, 7, 7, 8, 8 at 64, 128, 256, 512, 1024
-    bits, for every opcode; measured by ``tests/test_tx_engine.py`` and
+    :attr:`latency` (engine idle, payload valid): 8 at every width (64 to 1024
+    bits), for every opcode; measured by ``tests/test_tx_engine.py`` and
     ``python -m bench.throughput``.
     One beat per cycle; the first beat of a frame may follow the last beat of the previous
     frame in the next cycle (also across WRs and QPs) as long as frames are at least two beats
@@ -175,13 +175,14 @@ class TxEngine(wiring.Component):
     def latency(self):
         """Cycles from a WR transfer (engine idle, payload valid, ``o`` ready) to the first beat
         of its first frame on ``o``."""
-        # WR -> descriptor on the segmenter's output (2 cycles) -> committed there; the header
+        # WR -> descriptor on the segmenter's output (2 cycles; 3 where the payload does not set
+        # the latency: the PSN look-up with a registered key) -> committed there; the header
         # inserter has the header's first beat out HeaderInserter.latency (2) cycles later. A
         # frame whose first beat holds payload bytes (the header is shorter than a beat) has its
         # payload there as early: the cutter passes a packet's first beat in its command's cycle
         # (see _payload_first), then 1 cycle in the header inserter. The iCRC inserter (fixed
         # variant: no zeroing register) adds its latency + 1.
-        first = 2 + HeaderInserter.latency
+        first = 2 + (not self._payload_first()) + HeaderInserter.latency
         return first + ICRCInserter.latency_for(self._config.data_width,
                                                 variant=ICRC_VARIANT) + 1
 
@@ -201,9 +202,11 @@ class TxEngine(wiring.Component):
         cfg = self._config
         m = Module()
         m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
-        m.submodules.psn_fwd = fwd = PsnForward(cfg.n_qp)
-        m.submodules.segmenter = seg = Segmenter(cfg)
         early = self._payload_first()
+        # (where the payload does not set the latency, the PSN look-up takes a cycle more for
+        # a registered key: ECP5 timing; the latency is then 8 at every width)
+        m.submodules.psn_fwd = fwd = PsnForward(cfg.n_qp, registered_key=not early)
+        m.submodules.segmenter = seg = Segmenter(cfg, fwd_registered=not early)
         m.submodules.commit = com = Commit(cfg, early_check=early)
         m.submodules.cutter = cut = PayloadCutter(cfg.data_width, early=early)
         m.submodules.builder = bld = PacketBuilder(cfg.data_width, TX_VARIANTS)

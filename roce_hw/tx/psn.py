@@ -42,14 +42,23 @@ class PsnForward(wiring.Component):
     the current cycle included (so a look-up never sees stale data). A management write of a QP
     (``snoop_valid``/``snoop_qp``) forgets that QP's entries: the table holds the truth again.
 
-    Latency: the look-up is combinational (a ``depth``-way compare of QP indices and a priority
-    select); a write-back is visible to look-ups in its own cycle.
+    Latency: the look-up is combinational (a ``depth``-way compare of QP indices and an AND-OR
+    select); a write-back is visible to look-ups in its own cycle. With ``registered_key`` the
+    key is registered: the answer in cycle t is for the key of cycle t - 1, against the entries
+    and the write-back of cycle t; each entry's compare with the key is then a flip-flop (loaded
+    with the compare of the entry's next QP and the key), so the answer is an AND-OR of
+    registers (ECP5 timing). A management write in cycle t then forgets its
+    QP's entries at the end of cycle t + 1 (from registers too): no answer for a key presented
+    after the write sees them; a write-back of cycle t is forgotten with them, one of cycle
+    t + 1 is newer than the write and kept.
 
     Parameters
     ----------
     n_qp : int
     depth : int
         Entries kept (default 8).
+    registered_key : bool
+        Answer for the key of the previous cycle (default: of this cycle).
 
     Members
     -------
@@ -63,10 +72,11 @@ class PsnForward(wiring.Component):
         The newest write-back of ``q_qp``, if any.
     """
 
-    def __init__(self, n_qp, depth=8):
+    def __init__(self, n_qp, depth=8, *, registered_key=False):
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 64:
             raise ValueError(f"depth must be an integer from 1 to 64, not {depth!r}")
         self._depth = depth
+        self._registered = bool(registered_key)
         qw = qp_index_width(n_qp)
         super().__init__({
             "wb": In(WriteBackSignature(qw)),
@@ -85,14 +95,24 @@ class PsnForward(wiring.Component):
 
         # at most one valid entry per QP (a write-back drops the older ones of its QP), so the
         # look-up is an AND-OR select with no priority chain; the write-back of this cycle wins
+        if self._registered:
+            key = Signal(qw, name="key")
+            m.d.sync += key.eq(self.q_qp)
+            eq = [Signal(name=f"e{k}_match") for k in range(n)]     # qp[k] == key
+            for k in range(n):
+                nxt = Mux(self.wb.valid, self.wb.qp if k == 0 else qp[k - 1], qp[k])
+                m.d.sync += eq[k].eq(nxt == self.q_qp)
+        else:
+            key = self.q_qp
+            eq = [qp[k] == key for k in range(n)]
         hit = [Signal(name=f"e{k}_hit") for k in range(n)]
         for k in range(n):
-            m.d.comb += hit[k].eq(valid[k] & (qp[k] == self.q_qp))
+            m.d.comb += hit[k].eq(valid[k] & eq[k])
         wb_hit = Signal()
         cam_psn = Signal(24)
         cam_err = Signal()
         m.d.comb += [
-            wb_hit.eq(self.wb.valid & (self.wb.qp == self.q_qp)),
+            wb_hit.eq(self.wb.valid & (self.wb.qp == key)),
             cam_psn.eq(or_tree([psn[k] & hit[k].replicate(24) for k in range(n)])),
             cam_err.eq(or_tree([err[k] & hit[k] for k in range(n)])),
             self.q_hit.eq(wb_hit | or_tree(hit)),
@@ -100,15 +120,28 @@ class PsnForward(wiring.Component):
             self.q_err.eq(Mux(wb_hit, self.wb.err, cam_err)),
         ]
 
+        if self._registered:
+            # A management write forgets its QP's entries a cycle later, from registers (the
+            # look-up key is a cycle old as well, so every look-up of a key presented after the
+            # write still sees it; a write-back in the write's cycle is forgotten then too, one
+            # in the next cycle is newer than the write and kept).
+            snoop_valid = Signal(name="snoop_valid_r")
+            snoop_qp = Signal(qw, name="snoop_qp_r")
+            m.d.sync += [snoop_valid.eq(self.snoop_valid), snoop_qp.eq(self.snoop_qp)]
+            insert_valid = C(1, 1)
+        else:
+            snoop_valid, snoop_qp = self.snoop_valid, self.snoop_qp
+            # an entry whose QP is being rewritten is dropped on the way
+            insert_valid = ~(snoop_valid & (snoop_qp == self.wb.qp))
         kill = [Signal(name=f"e{k}_kill") for k in range(n)]
         for k in range(n):
-            m.d.comb += kill[k].eq((self.snoop_valid & (qp[k] == self.snoop_qp)) |
+            m.d.comb += kill[k].eq((snoop_valid & (qp[k] == snoop_qp)) |
                                    (self.wb.valid & (qp[k] == self.wb.qp)))
             with m.If(kill[k]):
                 m.d.sync += valid[k].eq(0)
         with m.If(self.wb.valid):
-            # shift in at entry 0; an entry whose QP is being rewritten is dropped on the way
-            m.d.sync += [valid[0].eq(~(self.snoop_valid & (self.snoop_qp == self.wb.qp))),
+            # shift in at entry 0
+            m.d.sync += [valid[0].eq(insert_valid),
                          qp[0].eq(self.wb.qp), psn[0].eq(self.wb.psn), err[0].eq(self.wb.err)]
             for k in range(1, n):
                 m.d.sync += [valid[k].eq(valid[k - 1] & ~kill[k - 1]), qp[k].eq(qp[k - 1]),

@@ -126,11 +126,18 @@ class Segmenter(wiring.Component):
     per cycle.
 
     Latency: a work request transferred in cycle 0 has its first descriptor valid on ``o`` in
-    cycle 2 (a resume request in cycle 10). Throughput: a message's next descriptor is on ``o``
-    two cycles after the one before it left (packets with payload are at least two beats, and
-    the commit waits for a packet's payload anyway); a message's first descriptor comes the
-    cycle after the last one of the message before left ``o``. ``o``
-    comes from registers; ``wr``/``resume`` wait while the accept register is full.
+    cycle 2, or 3 with ``fwd_registered`` (a resume request in cycle 10). Throughput: a
+    message's next descriptor is on ``o`` two cycles after the one before it left (packets with
+    payload are at least two beats, and the commit waits for a packet's payload anyway); a
+    message's first descriptor comes the cycle after the last one of the message before left
+    ``o``. ``o`` comes from registers; ``wr``/``resume`` wait while the accept register is full.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    fwd_registered : bool
+        The :class:`~roce_hw.tx.psn.PsnForward` answers a cycle after the key
+        (``registered_key``): a work request then waits one cycle more for its look-up.
 
     Members
     -------
@@ -146,8 +153,9 @@ class Segmenter(wiring.Component):
         Drop the rest of the message with this tag.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, fwd_registered=False):
         self._config = check_config(config)
+        self._fwd_registered = bool(fwd_registered)
         qw = qp_index_width(config.n_qp)
         super().__init__({
             "wr": In(stream.Signature(wr_layout(config))),
@@ -405,11 +413,14 @@ class Segmenter(wiring.Component):
         a["qz"] = {c: Signal(name=f"a_qz{c}") for c in _PMTU_CODES}
         m.d.sync += [a["qz"][c].eq(q_src[7 + c:7 + c + _Q_CHUNK] == 0) for c in _PMTU_CODES]
         # the newest write-back of the request's QP, looked up again every cycle it waits (the
-        # result is for the request in the accept register unless that one was replaced)
+        # result is for the request in the accept register unless that one was replaced; with
+        # a registered look-up key, for the request of the cycle before: a request's first
+        # result then comes a cycle after it was taken)
         m.d.comb += self.fwd_qp.eq(Mux(a["valid"], a["wr"].qp, wr_in.qp))
+        first_look = 0 if self._fwd_registered else go_r | go_w
         m.d.sync += [a["hit"].eq(self.fwd_hit), a["hpsn"].eq(self.fwd_psn),
                      a["herr"].eq(self.fwd_err),
-                     a["fresh"].eq(Mux(a["valid"], ~a["take"], go_r | go_w))]
+                     a["fresh"].eq(Mux(a["valid"], ~a["take"], first_look))]
         return a
 
     # ------------------------------------------------------------------ resume preparation
