@@ -371,7 +371,8 @@ class QPStateTable(wiring.Component):
             m.d.sync += trd_ok_q.eq(trd_ok)
         for port in trd.values():
             m.d.comb += [port.addr.eq(self.tx_rd.addr), port.en.eq(self.tx_rd.en)]
-        self._gather(m, self.tx_rd.data, trd, None if self._all_valid else trd_ok_q)
+        self._gather(m, self.tx_rd.data, {k: port.data for k, port in trd.items()},
+                     None if self._all_valid else trd_ok_q)
 
         # --- management response ------------------------------------------------------------
         # (the read ports follow the request port while the response register is free -- a
@@ -401,7 +402,7 @@ class QPStateTable(wiring.Component):
         written is decided from the ports, not the arbitration: a write request is taken only
         when it wins (its own row is then what was written), and a read request never competes,
         so ``tx_upd``/``una_upd`` write in its cycle exactly when they are valid (and in range).
-        Returns ``{memory: data}`` like the read ports'."""
+        Returns ``{memory: data}``."""
         echo = Signal(name="mrd_echo")                 # the request is a write: its own row
         echo_ctx = Signal(QP_CONTEXT, name="mrd_echo_ctx")
         tx_hit = Signal(name="mrd_tx_hit")             # tx_upd wrote the row read
@@ -439,10 +440,9 @@ class QPStateTable(wiring.Component):
         return out
 
     @staticmethod
-    def _gather(m, out, ports, ok):
-        """Assemble a row from the read ports' data (or ``{memory: data}``); all-zero when ``ok``
-        is low (no gating when ``ok`` is None)."""
-        data = {k: getattr(p, "data", p) for k, p in ports.items()}
+    def _gather(m, out, data, ok):
+        """Assemble a row from ``{memory: read data}``; all-zero when ``ok`` is low (no gating
+        when ``ok`` is None)."""
         stmts = [out[name].eq(data["cfg"][name]) for name, _ in _CFG]
         stmts += [
             out.next_psn.eq(data["psn"]),
