@@ -205,16 +205,23 @@ def _tool(name):
     return exe
 
 
+def _check_seeds(seed, jobs):
+    """``seed`` (one or several) as a list; ValueError unless the seeds are distinct, at least
+    one, and ``jobs`` >= 1."""
+    seeds = [seed] if isinstance(seed, int) else list(seed)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seed values must be distinct and at least one, not {seeds}")
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, not {jobs}")
+    return seeds
+
+
 def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, jobs=2,
                tmg_ripup=False, progress=print):
     """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict.
     ``seed`` is one nextpnr seed or a list of them (placed and routed ``jobs`` at a time);
     ``tmg_ripup`` adds nextpnr's ``--tmg-ripup``."""
-    seeds = [seed] if isinstance(seed, int) else list(seed)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct and at least one, not {seeds!r}")
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, not {jobs!r}")
+    seeds = _check_seeds(seed, jobs)
     from roce_hw.generate import emit
 
     if name not in DESIGNS:
@@ -359,10 +366,7 @@ def main(argv=None):
     try:
         designs = _expand(args.designs)
         widths = _widths(args.width)
-        if len(set(args.seed)) != len(args.seed):
-            raise ValueError(f"--seed values must be distinct, not {args.seed}")
-        if args.jobs < 1:
-            raise ValueError(f"--jobs must be at least 1, not {args.jobs}")
+        _check_seeds(args.seed, args.jobs)
     except ValueError as exc:
         parser.error(str(exc))
 
