@@ -22,8 +22,8 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
   the flip-flop and RAM inputs whose post-route arrival plus setup misses :data:`LATE_MHZ`,
-  and the registers they belong to (:func:`late_endpoints`; the full list, latest first, is kept in
-  ``DESIGN_W.pnr.late``). With several ``--seed`` values nextpnr places and routes the same
+  and the registers they belong to (:func:`late_endpoints`; the full list, latest first, is
+  kept in ``DESIGN_W.pnr.late``). With several ``--seed`` values nextpnr places and routes the same
   netlist once per seed (``--jobs`` at a time): ``ecp5_fmax_by_seed`` has every figure,
   ``ecp5_fmax_mhz`` is the lowest and ``ecp5_fmax_median`` the median, and the late list is
   the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``). Placement alone

@@ -191,8 +191,9 @@ class TxEngine(wiring.Component):
         """Some frames' first beat holds payload bytes (the shortest header is shorter than a
         beat): the cutter then passes a packet's first beat in its command's cycle, so the
         payload meets the header in the header inserter as early as a header beat would.
-        Otherwise (64 and 128 bits) the PSN look-up has a registered key (one cycle more, which
-        the header's first beats leave free). ``config`` is an :class:`EngineConfig`."""
+        Otherwise (64, 128 and 256 bits) the PSN look-up has a registered key (one cycle
+        more, which the header's first beats leave free). ``config`` is an
+        :class:`EngineConfig`."""
         min_header = proto.ETH.size + proto.IPV4.size + proto.UDP.size + proto.BTH.size
         return min_header < config.data_bytes
 
