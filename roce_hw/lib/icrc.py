@@ -383,10 +383,16 @@ class ICRCInserter(wiring.Component):
     6, and fewer LUTs at 1024 bits). With ``variant`` set, the zeroing needs no ethertype
     compare and is an AND in front of the partial terms (of :data:`_CHUNK_COMB` bits, so the
     AND and the XOR fit the stage), with no register of its own: one cycle less (latency 2, 2,
-    2, 3, 3 by default), for about 750 more LUTs at 512 bits in the TX engine.
+    2, 3, 3 by default), for about 750 more LUTs at 512 bits in the TX engine. At 64 bits
+    (one rewind stage) a second register beside the loop holds the state already rewound by 4
+    bytes, so the output stage picks one of two registers (ECP5: the rewind product there was 5
+    LUT4 levels).
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
-    Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern.
+    Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern. With
+    ``ready_first``, ``i.ready`` is ``o.ready`` (and no pending extra beat) alone: the pipeline
+    also waits while ``o`` is not ready and empty, so ``o.ready`` must not wait for ``o.valid``
+    (a ready-break or a register slice behind it).
 
     Parameters
     ----------
@@ -398,6 +404,9 @@ class ICRCInserter(wiring.Component):
     variant : tuple or None
         ``None`` (default): each frame's variant is read from its ethertypes; one of
         :data:`VARIANTS` (``(vlan, ip_version)``): every frame is of that variant.
+    ready_first : bool
+        ``o.ready`` never waits for ``o.valid`` (see Backpressure): ``i.ready`` is then one
+        LUT of ``o.ready`` and a register.
 
     Members
     -------
@@ -412,8 +421,9 @@ class ICRCInserter(wiring.Component):
         For an unsupported ``data_width`` or ``rewind_per_cycle``.
     """
 
-    def __init__(self, data_width, *, rewind_per_cycle=None, variant=None):
+    def __init__(self, data_width, *, rewind_per_cycle=None, variant=None, ready_first=False):
         self._width = check_data_width(data_width)
+        self._ready_first = bool(ready_first)
         if variant is not None and tuple(variant) not in VARIANTS:
             raise ValueError(f"variant must be None or one of {VARIANTS}, not {variant!r}")
         self._variant = None if variant is None else tuple(variant)
@@ -463,7 +473,10 @@ class ICRCInserter(wiring.Component):
         o = self.o
         pending = Signal()
         en = Signal()
-        m.d.comb += [en.eq(~o.valid | (o.ready & ~pending)), self.i.ready.eq(en)]
+        # (with `ready_first` the output register's emptiness is left out: one register less in
+        # front of `i.ready`, which the source's enables then see)
+        m.d.comb += [en.eq((o.ready & ~pending) if self._ready_first
+                           else ~o.valid | (o.ready & ~pending)), self.i.ready.eq(en)]
         transfer = Signal()
         m.d.comb += transfer.eq(self.i.valid & en)
 
@@ -525,10 +538,44 @@ class ICRCInserter(wiring.Component):
         with m.If(en):
             m.d.sync += q3.eq(q2)
 
+        # the delay line's register holding the raw beat of the loop's partial terms (made below)
+        lay = data.StructLayout({"beat": self.i.payload.shape(), "spill": 1})
+        dl_pt = Signal(lay)
+
         # Rewind by 4*q bytes and invert -> iCRC: in the output stage, or in stages 4.. .
         q_sel = [q3[b] for b in range(self._q_bits)]
         q_bytes = [4 << b for b in range(self._q_bits)]
-        if self._per_cycle is None:
+        if self._per_cycle is None and self._q_bits == 1:
+            # One rewind stage (64 bits): a register beside the loop holds the state already
+            # rewound by 4 bytes, so the output stage only picks one of the two (the gated
+            # product there measured 5 LUT4 levels on ECP5). A beat with q = 1 has lanes n-4..
+            # empty, so this register's data term needs the lanes below only, taken from the
+            # delay line's register of the beat of the loop's partial terms (nothing is added
+            # in front of the partial terms).
+            rw = advance_rows(-8 * q_bytes[0])
+            lanes = n - 4
+            beat = dl_pt.beat
+            d_lo = Signal(8 * lanes)
+            m.d.comb += d_lo.eq(Cat(*[beat.data[8 * j:8 * j + 8] & beat.keep[j].replicate(8)
+                                      for j in range(lanes)]))
+            rb = [r & ((1 << 8 * lanes) - 1) for r in rows_mul(rw, b_fold)]
+            kconst_r = Signal(32)
+            acc = C(0, 32)
+            for key, val in consts.items():
+                acc = acc ^ Mux(kc[key], C(apply_rows(rw, val), 32), 0)
+            m.d.comb += kconst_r.eq(acc)
+            k2_r = Signal(32, reset_less=True)
+            with m.If(en):
+                m.d.sync += k2_r.eq(kconst_r)
+            ra_state = xor_rows(m, rows_mul(rw, a_rows), state, "s3_rastate")
+            rb_data = xor_rows(m, rb, d_lo, "s3_rbdata")
+            state_r = Signal(32, reset_less=True)
+            with m.If(en & v2):
+                m.d.sync += state_r.eq(Mux(first2, 0, ra_state) ^ rb_data ^ k2_r)
+            crc = Signal(32)
+            m.d.comb += crc.eq(~Mux(q3[0], state_r, state))
+            rcyc = 0
+        elif self._per_cycle is None:
             # the first stages in registers, two per register; the last ones combinational
             k = max(0, self._q_bits - COMB_REWIND)
             x, carried, rcyc = revert_stages(m, en, state, q_sel[:k], q_bytes[:k], 2, "s4",
@@ -543,7 +590,6 @@ class ICRCInserter(wiring.Component):
 
         # Raw delay line; the spill flag rides along: more than n-4 lanes used -> the iCRC
         # spills into an extra beat.
-        lay = data.StructLayout({"beat": self.i.payload.shape(), "spill": 1})
         prev_p = Signal(lay)
         m.d.comb += [prev_p.beat.eq(self.i.payload), prev_p.spill.eq(self.i.payload.keep[n - 4])]
         prev_v = self.i.valid
@@ -552,6 +598,8 @@ class ICRCInserter(wiring.Component):
             v = Signal(name=f"dl{k}_v")
             with m.If(en):
                 m.d.sync += [p.eq(prev_p), v.eq(prev_v)]
+            if k == self._front:
+                m.d.comb += dl_pt.eq(p)
             prev_p, prev_v = p, v
         src, src_v = prev_p.beat, prev_v
 

@@ -11,7 +11,7 @@ from ..lib.arith import or_tree
 from ..lib.header import HeaderInserter, inserter_hdr_layout
 from ..lib.icrc import ICRCInserter
 from ..lib.ipv4 import IPv4Checksum
-from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
+from ..lib.stream import FrameSignature, ReadyBreak, frame_layout, packet_layout
 
 __all__ = ["ICRC_VARIANT", "PacketBuilder"]
 
@@ -34,7 +34,9 @@ class PacketBuilder(wiring.Component):
     Latency: ``hdr`` transfer to the first beat on ``o``: ``HeaderInserter.latency +
     ICRCInserter(W).latency + 1`` cycles. Throughput: one beat per cycle, frames back to back.
     Backpressure: ``o`` stalls everything; ``hdr`` waits while :data:`_CSUM_DEPTH` frames are
-    between ``hdr`` and their checksum beat.
+    between ``hdr`` and their checksum beat. ``o.ready`` reaches a ready-break behind the iCRC
+    inserter only (the iCRC inserter, with ``ready_first``, and the header inserter see its
+    register); ``o.payload`` is that ready-break's multiplexer and the checksum's.
 
     Parameters
     ----------
@@ -75,7 +77,7 @@ class PacketBuilder(wiring.Component):
         n = w // 8
         m.submodules.hins = hins = HeaderInserter(w, self._variants, abort=True)
         # (every variant is IPv4 without a VLAN tag: no ethertype compare in the iCRC inserter)
-        m.submodules.icrc = icrc = ICRCInserter(w, variant=ICRC_VARIANT)
+        m.submodules.icrc = icrc = ICRCInserter(w, variant=ICRC_VARIANT, ready_first=True)
         m.submodules.csum = csum = IPv4Checksum()
 
         # checksums of frames between their `hdr` transfer and their checksum beat on `o`
@@ -113,17 +115,15 @@ class PacketBuilder(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), ibreak.i)
         wiring.connect(m, ibreak.o, hins.i)
 
-        # header inserter -> iCRC inserter; `abort` waits beside it in a ring of registers with
-        # one-hot pointers (no counter on the ready path). Frames inside the inserter: at most
-        # latency + 2 (one-beat frames back to back), so the ring never overflows.
-        ring = icrc.latency + 4
+        # header inserter -> iCRC inserter -> ready break; `abort` waits beside them in a ring
+        # of registers with one-hot pointers (no counter on the ready path). Frames inside: at
+        # most latency + 3 (one-beat frames back to back, one held in the ready break), so the
+        # ring never overflows.
+        ring = icrc.latency + 5
         ab = Signal(ring)
         wp = Signal(ring, init=1)
         rp = Signal(ring, init=1)
-        # (the ready path from `o` through the iCRC inserter stops here)
-        m.submodules.rbreak = rbreak = ReadyBreak(frame_layout(w))
-        wiring.connect(m, hins.o, rbreak.i)
-        src = rbreak.o
+        src = hins.o
         m.d.comb += [
             icrc.i.valid.eq(src.valid),
             icrc.i.payload.data.eq(src.payload.data),
@@ -145,7 +145,13 @@ class PacketBuilder(wiring.Component):
         m.d.comb += at_csum.eq(pos[beat_no])
         cs = Signal(16)             # AND-OR select by the one-hot pointer (no priority chain)
         m.d.comb += cs.eq(or_tree([cs_mem[k] & cs_rp[k].replicate(16) for k in range(depth)]))
-        m.d.comb += data_out.eq(icrc.o.payload.data)
+        # (the ready path from `o` stops here: the iCRC inserter's enable and the header
+        # inserter's output stage see a register, and the iCRC's partial terms take the header
+        # inserter's output register with no multiplexer in front)
+        m.submodules.rbreak = rbreak = ReadyBreak(packet_layout(w))
+        wiring.connect(m, icrc.o, rbreak.i)
+        fo = rbreak.o
+        m.d.comb += data_out.eq(fo.payload.data)
         with m.If(at_csum):
             # wire order: the checksum's high byte first
             m.d.comb += [data_out[8 * lane:8 * lane + 8].eq(cs[8:16]),
@@ -156,22 +162,22 @@ class PacketBuilder(wiring.Component):
         # its beat number cycles after it)
         assert csum.latency + 1 <= HeaderInserter.latency + icrc.latency + 1 + beat_no
         m.d.comb += [
-            self.o.valid.eq(icrc.o.valid),
+            self.o.valid.eq(fo.valid),
             self.o.payload.data.eq(data_out),
-            self.o.payload.keep.eq(icrc.o.payload.keep),
-            self.o.payload.first.eq(icrc.o.payload.first),
-            self.o.payload.last.eq(icrc.o.payload.last),
-            self.o.payload.abort.eq(icrc.o.payload.last & (ab & rp).any()),
-            icrc.o.ready.eq(self.o.ready),
+            self.o.payload.keep.eq(fo.payload.keep),
+            self.o.payload.first.eq(fo.payload.first),
+            self.o.payload.last.eq(fo.payload.last),
+            self.o.payload.abort.eq(fo.payload.last & (ab & rp).any()),
+            fo.ready.eq(self.o.ready),
             out_go.eq(self.o.valid & self.o.ready),
             patch_go.eq(out_go & at_csum),
         ]
         with m.If(patch_go):
             m.d.sync += cs_rp.eq(cs_rp.rotate_left(1))
-        with m.If(out_go & icrc.o.payload.last):
+        with m.If(out_go & fo.payload.last):
             m.d.sync += rp.eq(rp.rotate_left(1))
         with m.If(out_go):
-            with m.If(icrc.o.payload.last):
+            with m.If(fo.payload.last):
                 m.d.sync += pos.eq(1)
             with m.Else():
                 m.d.sync += pos.eq(pos << 1)
