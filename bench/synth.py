@@ -193,13 +193,13 @@ def _setups(report):
     for path in report.get("critical_paths", []):
         for step in path.get("path", []):
             if step.get("type") == "setup":
-                to = step["to"]
-                out[(_kind(to["cell"]), re.sub(r"\d+$", "", to["port"]))] = float(step["delay"])
+                out[_kind(step["to"]["cell"], step["to"]["port"])] = float(step["delay"])
     return out
 
 
-def _kind(cell):
-    return "$DPRAM" if "$DPRAM" in cell else "FF"
+def _kind(cell, port):
+    """``(cell kind, port without its bit index)`` of an input (see :func:`_setups`)."""
+    return ("$DPRAM" if "$DPRAM" in cell else "FF", re.sub(r"\d+$", "", port))
 
 
 def late_endpoints(report, period_ns):
@@ -215,9 +215,8 @@ def late_endpoints(report, period_ns):
     groups = {}
     for net in report.get("detailed_net_timings", []):
         for end in net.get("endpoints", []):
-            kind = _kind(end["cell"])
-            port = re.sub(r"\d+$", "", end["port"])
-            setup = setups.get((kind, port), RAM_SETUP_NS if kind == "$DPRAM" else 0.0)
+            kind = _kind(end["cell"], end["port"])
+            setup = setups.get(kind, RAM_SETUP_NS if kind[0] == "$DPRAM" else 0.0)
             t = round(float(end["delay"][-1]) + setup, 3)
             if t <= period_ns:
                 continue
