@@ -99,8 +99,12 @@ class ReadyBreak(wiring.Component):
             self.o.valid.eq(kept | self.i.valid),
             self.o.payload.eq(Mux(kept, held, self.i.payload)),
         ]
+        # (the held register follows `i` whenever nothing is kept, so its enable is the
+        # register `kept`, not the handshake of `o`: it fans out to every payload bit)
+        with m.If(~kept):
+            m.d.sync += held.eq(self.i.payload)
         with m.If(~kept & self.i.valid & ~self.o.ready):
-            m.d.sync += [kept.eq(1), held.eq(self.i.payload)]
+            m.d.sync += kept.eq(1)
         with m.Elif(kept & self.o.ready):
             m.d.sync += kept.eq(0)
         return m

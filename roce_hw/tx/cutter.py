@@ -113,8 +113,13 @@ class PayloadCutter(wiring.Component):
             m.d.sync += [beat.eq(self.i.payload), s_cnt.eq(i_cnt), s_ok.eq(i_ok)]
         active = Signal()
         drain = Signal()
-        left = Signal(len(self.cmd.payload.beats))
-        one_left = Signal()           # left == 1, kept as a register
+        # Beats left minus 2, signed: its sign bit is "one beat left" (the count is at least 1
+        # while active), so that flag is a flip-flop with no compare before it; the count's
+        # next value is a decrement on the carry chain (ECP5 timing: a compare against 2 behind
+        # the late `take` made a path of six LUTs).
+        left = Signal(signed(len(self.cmd.payload.beats) + 1), name="left_m2")
+        one_left = Signal()
+        m.d.comb += one_left.eq(left[-1])
         pk = Signal(n)
         lik = Signal(n)
         last_msg = Signal()
@@ -126,8 +131,8 @@ class PayloadCutter(wiring.Component):
         # `cmd.valid` of the commit stage (ECP5 timing). Only `active` waits for `cmd.valid`.
         with m.If(self.cmd.ready):
             c = self.cmd.payload
-            m.d.sync += [active.eq(self.cmd.valid), drain.eq(c.drain), left.eq(c.beats),
-                         one_left.eq(c.beats == 1), pk.eq(c.pk), lik.eq(c.lik),
+            m.d.sync += [active.eq(self.cmd.valid), drain.eq(c.drain), left.eq(c.beats - 2),
+                         pk.eq(c.pk), lik.eq(c.lik),
                          last_msg.eq(c.last_msg), first.eq(1), pk_cnt.eq(c.pkc)]
 
         # The command in effect: the registers, or (early, while idle) the command port itself.
@@ -141,7 +146,7 @@ class PayloadCutter(wiring.Component):
             m.d.comb += [
                 e["active"].eq(active | self.cmd.valid),
                 e["drain"].eq(Mux(active, drain, c.drain)),
-                e["left"].eq(Mux(active, left, c.beats)),
+                e["left"].eq(Mux(active, left, c.beats - 2)),
                 e["one_left"].eq(Mux(active, one_left, c.beats == 1)),
                 e["pk"].eq(Mux(active, pk, c.pk)),
                 e["lik"].eq(Mux(active, lik, c.lik)),
@@ -187,7 +192,6 @@ class PayloadCutter(wiring.Component):
                 self.o.payload.abort.eq(mism),
                 first.eq(0),
                 left.eq(e["left"] - 1),
-                one_left.eq(e["left"] == 2),
             ]
             with m.If(e["one_left"] | mism):
                 # the packet ends here; an input packet that goes on is dropped to its end

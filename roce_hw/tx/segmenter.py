@@ -366,11 +366,21 @@ class Segmenter(wiring.Component):
         length = self.wr.payload.length
         # The precompute of a WR: from the WR port while the accept register is empty, then
         # from the WR taken (the same values again), so its registers load in every cycle with
-        # no enable (an enable folded into the LUT before the register lengthened this cone)
+        # no enable (an enable folded into the LUT before the register lengthened this cone).
+        # The multiplexers read copies of a_valid and of the WR's length and opcode, kept for
+        # them alone: the originals also feed the emitter's wide descriptor register, which
+        # pulls them away from this cone (ECP5 routing of 2 ns on its first hop). The copies'
+        # logic differs from the originals' (an inverted valid; a WR part that follows the
+        # request ports while the register is empty), so no pass merges them.
+        p_empty = Signal(init=1, name="a_pre_empty")
+        p_len = Signal(32, name="a_pre_len")
+        p_op = Signal.like(self.wr.payload.opcode, name="a_pre_op")
+        with m.If(p_empty):
+            m.d.sync += [p_len.eq(wr_in.length), p_op.eq(wr_in.opcode)]
         pre_len = Signal(32)
         pre_op = Signal.like(self.wr.payload.opcode)
-        m.d.comb += [pre_len.eq(Mux(a["valid"], a["wr"].length, length)),
-                     pre_op.eq(Mux(a["valid"], a["wr"].opcode, self.wr.payload.opcode))]
+        m.d.comb += [pre_len.eq(Mux(p_empty, length, p_len)),
+                     pre_op.eq(Mux(p_empty, self.wr.payload.opcode, p_op))]
         # The beat count's carry in ("bytes below a beat") as two keep wires: from the port's
         # own bits, then that or its registered copy while the accept register is full (the
         # same WR; a resume uses the `r` precompute, not this one): without them the mapper
@@ -380,7 +390,7 @@ class Segmenter(wiring.Component):
         w_lo_nz = Signal(name="w_lo_nz", attrs={"keep": 1})
         w_lo_reg = Signal(name="w_lo_reg")
         m.d.comb += [w_lo.eq(length[:self._lg].any()),
-                     w_lo_nz.eq(Mux(a["valid"], w_lo_reg, w_lo))]
+                     w_lo_nz.eq(Mux(p_empty, w_lo, w_lo_reg))]
         m.d.sync += w_lo_reg.eq(w_lo_nz)
         pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op, lo_nz=w_lo_nz)
         with m.If(go_r | go_w):
@@ -400,13 +410,17 @@ class Segmenter(wiring.Component):
         m.d.sync += [a["w"][key].eq(pre_w[key]) for key in pre_w]
         with m.If(a["valid"] & a["take"]):
             m.d.sync += a["valid"].eq(0)
+        with m.If(go_r | go_w):
+            m.d.sync += p_empty.eq(0)
+        with m.Elif(a["valid"] & a["take"]):
+            m.d.sync += p_empty.eq(1)
         # The keep-mask compares and the packet counter's load flags per PMTU, one register set
         # for both kinds of request: from the WR port while the accept register is empty, then
         # from the request taken (a resume's rest has its length's low bits; its a_rem is final
         # from step 5).
         lg = self._lg
         k_src = Signal(lg)
-        m.d.comb += k_src.eq(Mux(a["valid"], a["wr"].length[:lg], length[:lg]))
+        m.d.comb += k_src.eq(Mux(p_empty, length[:lg], p_len[:lg]))
         a["keep"] = self._keep_decode(m, k_src, "a_k")
         q_src = Signal(32)
         m.d.comb += q_src.eq(Mux(a["valid"], a["rem"], length))
