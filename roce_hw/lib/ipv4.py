@@ -130,10 +130,19 @@ class IPv4Identification(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        count = FastCounter(m, 16, "id", init=self._start)
-        m.d.comb += self.value.eq(count.value)
+        # An `inc` is applied a cycle later, from a register (`pend`): `inc` is usually a late
+        # handshake, and it is then no flip-flop's enable. `value` is the register `cur`, or
+        # while an increment is pending the register `nxt` (= cur + 1): one multiplexer.
+        cur = Signal(16, name="id_cur", init=self._start)
+        nxt = FastCounter(m, 16, "id_next", init=(self._start + 1) & 0xFFFF)
+        pend = Signal(name="id_pend")
+        m.d.comb += self.value.eq(Mux(pend, nxt.value, cur))
+        m.d.sync += pend.eq(self.inc & ~self.load.valid)
+        v = self.load.payload.value
+        # the look-ahead flags of v + 1 from v itself (no compare behind the adder)
+        flags = [v[:lo] == (1 << lo) - 2 for lo in nxt.flag_bits]
         with m.If(self.load.valid):
-            m.d.sync += count.load(self.load.payload.value)
-        with m.Elif(self.inc):
-            m.d.sync += count.advance()
+            m.d.sync += [cur.eq(v), *nxt.load((v + 1)[:16], flags=flags)]
+        with m.Elif(pend):
+            m.d.sync += [cur.eq(nxt.value), *nxt.advance()]
         return m

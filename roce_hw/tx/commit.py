@@ -110,7 +110,7 @@ class Commit(wiring.Component):
 
         # ---------------------------------------------------------------- gating
         awaiting = Signal()       # a committed packet's payload is not checked yet
-        hold = Signal()           # a write-back or flush was made last cycle
+        hold = Signal()           # a write-back or flush is made this cycle
         mism_now = Signal()
         ok_now = Signal()
         m.d.comb += [mism_now.eq(self.done.valid & self.done.payload.mism),
@@ -219,8 +219,11 @@ class Commit(wiring.Component):
             with m.If(~fl["last"]):
                 m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]),
                              open_msg.eq(0)]
+        # `hold` is a register of its own (the next values of both), one input of `can`
+        # instead of two (ECP5 timing: `can` reaches the header inserter's load)
+        m.d.sync += hold.eq((take & ~refused & d.last & ~d.resumed) |
+                            (mism_now & (~fl["lead"] | fl["new"] | ~fl["last"])))
         m.d.comb += [
-            hold.eq(wb_valid | self.flush_valid),
             self.wb.valid.eq(wb_valid), self.wb.qp.eq(wb_qp), self.wb.psn.eq(wb_psn),
             self.wb.err.eq(wb_err),
         ]

@@ -218,12 +218,18 @@ class TxEngine(wiring.Component):
         # management and the QP table
         wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
         wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
-        m.d.comb += [
-            table.una_upd.valid.eq(0),
-            fwd.snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
-                               table.mgmt_req.payload.write),
-            fwd.snoop_qp.eq(table.mgmt_req.payload.qp),
-        ]
+        m.d.comb += table.una_upd.valid.eq(0)
+        # the PSN forwarding learns of a management write a cycle later, from registers: the
+        # table's request handshake then drives no logic outside the table (ECP5: the placer
+        # put it up to 2.8 ns of routing away from the table's arbitration). A WR transferred
+        # after the write's response (2 cycles after the write at the earliest) still finds
+        # the write's QP forgotten there.
+        snoop_valid = Signal(name="mgmt_snoop_valid")
+        snoop_qp = Signal.like(table.mgmt_req.payload.qp, name="mgmt_snoop_qp")
+        m.d.sync += [snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
+                                    table.mgmt_req.payload.write),
+                     snoop_qp.eq(table.mgmt_req.payload.qp)]
+        m.d.comb += [fwd.snoop_valid.eq(snoop_valid), fwd.snoop_qp.eq(snoop_qp)]
         # requests -> segmenter -> commit -> (cutter, builder)
         wiring.connect(m, wiring.flipped(self.wr), seg.wr)
         wiring.connect(m, wiring.flipped(self.resume), seg.resume)

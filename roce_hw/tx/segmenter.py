@@ -533,6 +533,21 @@ class Segmenter(wiring.Component):
         # -------- load: the first packet to send of the request in the accept register
         w = a["wr"]
         code = row.pmtu
+        # With `fwd_registered`, a request is loaded two cycles after it was taken at the
+        # earliest (its look-up is a cycle late), and everything below that depends on the
+        # request and its QP row alone is final from the cycle after it was taken (a resume's
+        # from step 7, the cycle before it is ready): those values are then registered here,
+        # so that the row's PMTU code and the multiplexers it selects are a cycle off the path
+        # to the descriptor register (ECP5 timing: that path crossed the block twice).
+        staged = self._fwd_registered
+
+        def stage(value, name):
+            if not staged:
+                return value
+            reg = Signal.like(value, name=f"{name}_st")
+            m.d.sync += reg.eq(value)
+            return reg
+
         l_pmtu_b = Signal(13)
         l_le = Signal()
         l_q = Signal(24)
@@ -546,6 +561,9 @@ class Segmenter(wiring.Component):
         _select(m, code, [a["rem"][:7 + c] for c in _PMTU_CODES], l_r)
         bad_pmtu = Signal()
         m.d.comb += bad_pmtu.eq((code < _PMTU_CODES[0]) | (code > _PMTU_CODES[-1]))
+        l_pmtu_b, l_le, l_q, l_r = (stage(l_pmtu_b, "l_pmtu_b"), stage(l_le, "l_le"),
+                                    stage(l_q, "l_q"), stage(l_r, "l_r"))
+        pre = {key: stage(value, f"l_{key}") for key, value in pre.items()}
         wb_hit = Signal()
         m.d.comb += wb_hit.eq(self.wb.valid & (self.wb.qp == w.qp))
         q_err = Signal()
@@ -572,6 +590,7 @@ class Segmenter(wiring.Component):
                                                                                   fr))))
         l_q_f = [Signal(name=f"l_q_f{_Q_CHUNK}")]
         _select(m, code, [a["qz"][c] for c in _PMTU_CODES], l_q_f[0])
+        l_q_f = [stage(l_q_f[0], "l_q_f")]
         l_pk, l_lik, l_pkc = self._keep_lanes(m, a["keep"], "l")
         # lengths of full packets: constants chosen by the PMTU code (and the variant)
         l_full = {}
@@ -581,6 +600,7 @@ class Segmenter(wiring.Component):
             l_full[key] = Signal(16, name=f"l_full_{key}")
             _select(m, code, [(128 << c) + self._l3_bytes(reth, imm) - sub
                               for c in _PMTU_CODES], l_full[key])
+            l_full[key] = stage(l_full[key], f"l_full_{key}")
         l_imm = Signal()
         m.d.comb += l_imm.eq(a["imm"] & l_le)
 
