@@ -303,15 +303,11 @@ class QPStateTable(wiring.Component):
         # loop through `req.ready` and back then runs between this flip-flop and the
         # arbitration only, not out to the response registers and the read ports' enables
         # that `rsp_free` drives (ECP5: the placer kept those far from the arbitration).
-        # rsp_break keeps a response when it is offered and `mgmt_rsp` is not ready, and
-        # drops it when `mgmt_rsp` is ready.
         req_go = Signal()
         rsp_free_arb = Signal(init=1)
-        kept_n = Signal()
-        valid_n = Signal()
-        m.d.comb += [kept_n.eq(~self.mgmt_rsp.ready & (~rsp.ready | rsp.valid)),
-                     valid_n.eq(req_go | (rsp.valid & ~rsp.ready))]
-        m.d.sync += rsp_free_arb.eq(~valid_n | ~kept_n)
+        valid_n = Signal()      # the response register's next `valid`
+        m.d.comb += valid_n.eq(req_go | (rsp.valid & ~rsp.ready))
+        m.d.sync += rsp_free_arb.eq(~valid_n | rsp_break.ready_next)
         mgmt_wants = Signal()   # an in-range management write that could go this cycle
         m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free_arb)
         prio_tx = Signal()      # 1: management has priority over tx_upd

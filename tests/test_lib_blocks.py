@@ -109,7 +109,9 @@ def test_ready_break_keeps_order_and_registers_ready(seed):
         while len(got) < len(sent):
             ready = rng.random() < 0.6
             ctx.set(dut.o.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            _, _, valid, payload, ready_next = await ctx.tick().sample(
+                dut.o.valid, dut.o.payload, dut.ready_next)
+            assert ctx.get(dut.i.ready) == ready_next     # the copy's next value is i.ready's
             if valid and ready:
                 got.append(int(payload))
 

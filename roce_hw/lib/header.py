@@ -483,7 +483,9 @@ class HeaderInserter(wiring.Component):
             m.d.comb += take_n.eq(shift_pop_now)
         with m.Else():
             m.d.comb += take_n.eq(~hd_valid | hc.pop_now)
-        m.d.sync += [hd_take.eq(take_n), hd_take_pf.eq(take_n & pf_valid_n)]
+        m.d.sync += hd_take.eq(take_n)
+        if not lazy:            # (the lazy register always loads from the prefetch register)
+            m.d.sync += hd_take_pf.eq(take_n & pf_valid_n)
 
         # input beat: the bytes that spill into the next output beat and their keep
         spill_data = Signal(smax * 8)

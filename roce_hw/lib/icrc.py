@@ -277,13 +277,18 @@ def _runs(bits):
     return runs
 
 
-def _select_constant(m, consts, is_beat, cond_fn, name):
-    """Comb 32-bit XOR of the constants whose (beat, key) condition holds."""
+def _beat_conds(consts, is_beat, cond_fn):
+    """``{(beat, key): condition}`` of the constants of :func:`_beat_constants` on a beat."""
+    return {(b, key): is_beat[b] if key is None else is_beat[b] & cond_fn(b, key)
+            for b, key in consts}
+
+
+def _select_constant(m, consts, conds, name):
+    """Comb 32-bit XOR of the constants whose condition (``conds``, same keys) holds."""
     k = Signal(32, name=name)
     acc = C(0, 32)
-    for (b, key), val in consts.items():
-        cond = is_beat[b] if key is None else is_beat[b] & cond_fn(b, key)
-        acc = acc ^ Mux(cond, C(val, 32), 0)
+    for key, val in consts.items():
+        acc = acc ^ Mux(conds[key], C(val, 32), 0)
     m.d.comb += k.eq(acc)
     return k
 
@@ -492,8 +497,7 @@ class ICRCInserter(wiring.Component):
         d1 = _zero_stage(m, en, self.i.payload.data, front.is_beat, cond_fn, n, nbeats,
                          lambda j: ~keep[j], "s1", registered=reg1)
         consts = _beat_constants(n, b_rows, nbeats, fold)
-        kc_in = {key: (front.is_beat[key[0]] if key[1] is None
-                       else front.is_beat[key[0]] & cond_fn(*key)) for key in consts}
+        kc_in = _beat_conds(consts, front.is_beat, cond_fn)
         pad = empty_lanes(m, self.i.payload.keep, "s1_pad")
         if reg1:
             # the beat constant is selected one stage later, from registered conditions
@@ -509,21 +513,23 @@ class ICRCInserter(wiring.Component):
             kc = kc_in
             v1, first1, last1 = self.i.valid, self.i.payload.first, self.i.payload.last
             q1 = pad[2:2 + self._q_bits]
-        kconst = Signal(32)
-        acc = C(0, 32)
-        for key, val in consts.items():
-            acc = acc ^ Mux(kc[key], C(val, 32), 0)
-        m.d.comb += kconst.eq(acc)
+
+        def beat_constant(values, name):
+            """The constants ``values`` (keyed like ``consts``) of this beat, registered with
+            the partial terms."""
+            reg = Signal(32, name=name, reset_less=True)
+            with m.If(en):
+                m.d.sync += reg.eq(_select_constant(m, values, kc, f"{name}_sel"))
+            return reg
 
         # Stage 2: partial data terms.
         parts = data_term_partials(m, en, d1, b_fold, _CHUNK if reg1 else _CHUNK_COMB, "s2")
-        k2 = Signal(32, reset_less=True)
+        k2 = beat_constant(consts, "k2")
         v2 = Signal()
         first2, last2 = Signal(reset_less=True), Signal(reset_less=True)
         q2 = Signal(self._q_bits, reset_less=True)
         with m.If(en):
-            m.d.sync += [k2.eq(kconst), v2.eq(v1), first2.eq(first1), last2.eq(last1),
-                         q2.eq(q1)]
+            m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1), q2.eq(q1)]
 
         # Stage 3: loop (state pre-multiplied by A^-16).
         state = Signal(32, reset_less=True)
@@ -538,14 +544,16 @@ class ICRCInserter(wiring.Component):
         with m.If(en):
             m.d.sync += q3.eq(q2)
 
-        # the delay line's register holding the raw beat of the loop's partial terms (made below)
         lay = data.StructLayout({"beat": self.i.payload.shape(), "spill": 1})
-        dl_pt = Signal(lay)
+        rewound_reg = self._per_cycle is None and self._q_bits == 1
+        # (with it: the delay line's register holding the raw beat of the loop's partial terms,
+        # made below)
+        dl_pt = Signal(lay) if rewound_reg else None
 
         # Rewind by 4*q bytes and invert -> iCRC: in the output stage, or in stages 4.. .
         q_sel = [q3[b] for b in range(self._q_bits)]
         q_bytes = [4 << b for b in range(self._q_bits)]
-        if self._per_cycle is None and self._q_bits == 1:
+        if rewound_reg:
             # One rewind stage (64 bits): a register beside the loop holds the state already
             # rewound by 4 bytes, so the output stage only picks one of the two (the gated
             # product there measured 5 LUT4 levels on ECP5). A beat with q = 1 has lanes n-4..
@@ -559,14 +567,7 @@ class ICRCInserter(wiring.Component):
             m.d.comb += d_lo.eq(Cat(*[beat.data[8 * j:8 * j + 8] & beat.keep[j].replicate(8)
                                       for j in range(lanes)]))
             rb = [r & ((1 << 8 * lanes) - 1) for r in rows_mul(rw, b_fold)]
-            kconst_r = Signal(32)
-            acc = C(0, 32)
-            for key, val in consts.items():
-                acc = acc ^ Mux(kc[key], C(apply_rows(rw, val), 32), 0)
-            m.d.comb += kconst_r.eq(acc)
-            k2_r = Signal(32, reset_less=True)
-            with m.If(en):
-                m.d.sync += k2_r.eq(kconst_r)
+            k2_r = beat_constant(_beat_constants(n, b_rows, nbeats, rows_mul(rw, fold)), "k2_r")
             ra_state = xor_rows(m, rows_mul(rw, a_rows), state, "s3_rastate")
             rb_data = xor_rows(m, rb, d_lo, "s3_rbdata")
             state_r = Signal(32, reset_less=True)
@@ -598,7 +599,7 @@ class ICRCInserter(wiring.Component):
             v = Signal(name=f"dl{k}_v")
             with m.If(en):
                 m.d.sync += [p.eq(prev_p), v.eq(prev_v)]
-            if k == self._front:
+            if rewound_reg and k == self._front:
                 m.d.comb += dl_pt.eq(p)
             prev_p, prev_v = p, v
         src, src_v = prev_p.beat, prev_v
@@ -846,7 +847,8 @@ class ICRCChecker(wiring.Component):
         sd_fn = _flag_conds(m, sd["vlan"], sd["v6"], "sd")
         d_e = _zero_stage(m, en, sd["data"], sd["isb"], sd_fn, n, nbeats,
                           lambda j: zero_tail[j], "se")
-        kconst = _select_constant(m, _beat_constants(n, b_rows, nbeats), sd["isb"], sd_fn,
+        sd_consts = _beat_constants(n, b_rows, nbeats)
+        kconst = _select_constant(m, sd_consts, _beat_conds(sd_consts, sd["isb"], sd_fn),
                                   "sd_kc")
         se = carry({"v": sd["v"], "first": sd["first"], "last": sd["last"], "k": kconst,
                     "active": ~after, "el": sd["el"], "ok": sd["ok"] & sd["known"],

@@ -84,11 +84,18 @@ class ReadyBreak(wiring.Component):
     -------
     i : ``In(stream.Signature(payload_shape))``
     o : ``Out(stream.Signature(payload_shape))``
+
+    Attributes
+    ----------
+    ready_next : Signal
+        ``i.ready`` of the next cycle (combinational, from this cycle's handshakes), for a
+        flip-flop copy of it kept elsewhere.
     """
 
     def __init__(self, payload_shape):
         super().__init__({"i": In(stream.Signature(payload_shape)),
                           "o": Out(stream.Signature(payload_shape))})
+        self.ready_next = Signal()
 
     def elaborate(self, platform):
         m = Module()
@@ -103,8 +110,7 @@ class ReadyBreak(wiring.Component):
         # register `kept`, not the handshake of `o`: it fans out to every payload bit)
         with m.If(~kept):
             m.d.sync += held.eq(self.i.payload)
-        with m.If(~kept & self.i.valid & ~self.o.ready):
-            m.d.sync += kept.eq(1)
-        with m.Elif(kept & self.o.ready):
-            m.d.sync += kept.eq(0)
+        # a beat is kept while `o` refuses it: a new one from `i`, or the one already kept
+        m.d.comb += self.ready_next.eq(~((kept | self.i.valid) & ~self.o.ready))
+        m.d.sync += kept.eq(~self.ready_next)
         return m

@@ -211,18 +211,19 @@ class Commit(wiring.Component):
             m.d.sync += [wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]), wb_err.eq(~fl["lead"])]
         with m.Else():
             m.d.sync += [wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
-        with m.If(take & ~refused & d.last & ~d.resumed):
+        wb_done = Signal()      # a message's last packet committed: write its next PSN back
+        wb_mism = Signal()      # a mismatch to write back (the message's PSN, or ERROR)
+        flush_mism = Signal()   # a mismatch that flushes the rest of its message
+        m.d.comb += [wb_done.eq(take & ~refused & d.last & ~d.resumed),
+                     wb_mism.eq(mism_now & (~fl["lead"] | fl["new"])),
+                     flush_mism.eq(mism_now & ~fl["last"])]
+        with m.If(wb_done | wb_mism):
             m.d.sync += wb_valid.eq(1)
-        with m.If(mism_now):
-            with m.If(~fl["lead"] | fl["new"]):
-                m.d.sync += wb_valid.eq(1)
-            with m.If(~fl["last"]):
-                m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]),
-                             open_msg.eq(0)]
+        with m.If(flush_mism):
+            m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]), open_msg.eq(0)]
         # `hold` is a register of its own (the next values of both), one input of `can`
         # instead of two (ECP5 timing: `can` reaches the header inserter's load)
-        m.d.sync += hold.eq((take & ~refused & d.last & ~d.resumed) |
-                            (mism_now & (~fl["lead"] | fl["new"] | ~fl["last"])))
+        m.d.sync += hold.eq(wb_done | wb_mism | flush_mism)
         m.d.comb += [
             self.wb.valid.eq(wb_valid), self.wb.qp.eq(wb_qp), self.wb.psn.eq(wb_psn),
             self.wb.err.eq(wb_err),
