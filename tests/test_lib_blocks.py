@@ -66,6 +66,35 @@ def test_fast_counter_counts_wraps_and_loads(width, down):
     run_simulation(m, [tb], cycles=2000)
 
 
+@pytest.mark.parametrize("down", [False, True])
+def test_fast_counter_load_step(down):
+    """load_step(x) loads x's neighbour with flags from x: the steps after it count right
+    across every chunk boundary."""
+    m = Module()
+    load = Signal()
+    value = Signal(24)
+    c = FastCounter(m, 24, "c", down=down)
+    with m.If(load):
+        m.d.sync += c.load_step(value)
+    with m.Else():
+        m.d.sync += c.advance()
+    d = -1 if down else 1
+    mask = (1 << 24) - 1
+    starts = [0, mask, (1 << 12) - 2, (1 << 12) - 1, 1 << 12, (1 << 12) + 1, (1 << 24) - 2]
+
+    async def tb(ctx):
+        for start in starts:
+            ctx.set(load, 1)
+            ctx.set(value, start)
+            await ctx.tick()
+            ctx.set(load, 0)
+            for k in range(1, 5):
+                assert ctx.get(c.value) == (start + d * k) & mask
+                await ctx.tick()
+
+    run_simulation(m, [tb], cycles=200)
+
+
 def test_event_counter_saturates_and_or_tree():
     m = Module()
     inc = Signal()

@@ -48,13 +48,21 @@ class FastCounter:
 
     def advance(self):
         """Statements: count one step."""
-        stmts = [self.value.eq(self.step)]
-        for lo, f in self._flags.items():
-            # after the step the bits below `lo` are all ones (up) / zeros (down) exactly when
-            # they are one step before that now
-            target = 1 if self._down else (1 << lo) - 2
-            stmts.append(f.eq(self.value[:lo] == target))
-        return stmts
+        return [self.value.eq(self.step)] + self._stepped_flags(self.value)
+
+    def load_step(self, x):
+        """Statements: load the value one step from ``x`` (``x + 1``, or ``x - 1`` counting
+        down), its flags computed from ``x`` itself (no compare behind the adder)."""
+        x = Value.cast(x)
+        width = len(self.value)
+        return [self.value.eq((x - 1 if self._down else x + 1)[:width])] + \
+            self._stepped_flags(x)
+
+    def _stepped_flags(self, x):
+        # after a step from x the bits below `lo` are all ones (up) / zeros (down) exactly
+        # when they are one step before that in x
+        return [f.eq(x[:lo] == (1 if self._down else (1 << lo) - 2))
+                for lo, f in self._flags.items()]
 
     @property
     def flag_bits(self):

@@ -139,10 +139,8 @@ class IPv4Identification(wiring.Component):
         m.d.comb += self.value.eq(Mux(pend, nxt.value, cur))
         m.d.sync += pend.eq(self.inc & ~self.load.valid)
         v = self.load.payload.value
-        # the look-ahead flags of v + 1 from v itself (no compare behind the adder)
-        flags = [v[:lo] == (1 << lo) - 2 for lo in nxt.flag_bits]
         with m.If(self.load.valid):
-            m.d.sync += [cur.eq(v), *nxt.load((v + 1)[:16], flags=flags)]
+            m.d.sync += [cur.eq(v), *nxt.load_step(v)]
         with m.Elif(pend):
             m.d.sync += [cur.eq(nxt.value), *nxt.advance()]
         return m
