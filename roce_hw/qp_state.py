@@ -299,14 +299,16 @@ class QPStateTable(wiring.Component):
 
         rsp_free = Signal()
         m.d.comb += rsp_free.eq(~rsp.valid | rsp.ready)
-        # The same, as a flip-flop of its own computed a cycle ahead, for the arbitration: the
-        # loop through `req.ready` and back then runs between this flip-flop and the
-        # arbitration only, not out to the response registers and the read ports' enables
-        # that `rsp_free` drives (ECP5: the placer kept those far from the arbitration).
+        # Nearly the same, as a flip-flop of its own computed a cycle ahead, for the
+        # arbitration. It takes a request offered (`req.valid`) for one taken, so the
+        # arbitration is not in its own input: it is `rsp_free` except for a cycle after a
+        # request lost to an update while the ready-break held a response (it is never high
+        # when `rsp_free` is low). The response registers and the read ports' enables see
+        # `rsp_free`, a LUT of flip-flops (ECP5: the loop through `req.ready` had 2 ns hops).
         req_go = Signal()
         rsp_free_arb = Signal(init=1)
-        valid_n = Signal()      # the response register's next `valid`
-        m.d.comb += valid_n.eq(req_go | (rsp.valid & ~rsp.ready))
+        valid_n = Signal()      # the response register's next `valid`, or more
+        m.d.comb += valid_n.eq((req.valid & rsp_free_arb) | (rsp.valid & ~rsp.ready))
         m.d.sync += rsp_free_arb.eq(~valid_n | rsp_break.ready_next)
         mgmt_wants = Signal()   # an in-range management write that could go this cycle
         m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free_arb)
@@ -388,17 +390,17 @@ class QPStateTable(wiring.Component):
         # enable is a function of registers, not of the arbitration behind req_go)
         for port in mrd.values():
             m.d.comb += [port.addr.eq(req.payload.qp), port.en.eq(rsp_free)]
+        # (the response register follows the request port while free, like the read ports:
+        # only its `valid` sees `req_go`)
         rsp_ok_q = Signal()
-        with m.If(req_go):
+        with m.If(rsp_free):
             m.d.sync += [
-                rsp.valid.eq(1),
+                rsp.valid.eq(req_go),
                 rsp.payload.qp.eq(req.payload.qp),
                 rsp.payload.write.eq(req.payload.write),
                 rsp.payload.error.eq(~req_ok),
                 rsp_ok_q.eq(req_ok),
             ]
-        with m.Elif(rsp.ready):
-            m.d.sync += rsp.valid.eq(0)
         patched = self._patch(m, mrd, rsp_free, req, tx, tx_ok, una, una_ok)
         self._gather(m, rsp.payload.ctx, patched, None if self._all_valid else rsp_ok_q)
         return m

@@ -23,7 +23,7 @@ from sim.harness import run_simulation
 from sim.icrc_hw import check_frames
 from sim.pcap import read_capture
 from sim.oracle import protocol_icrc
-from sim.stream import collect_valid, recv_packet, send_packet
+from sim.stream import beats_of, collect_valid, recv_packet, send_packet
 from roce_hw.generate import emit, lint
 
 FAST_WIDTHS = (64, 512)
@@ -194,26 +194,40 @@ def test_inserter_fixed_variant_widths(width):
 
 
 @pytest.mark.parametrize("width", FAST_WIDTHS)
-def test_inserter_ready_first(width):
-    """``ready_first`` (the TX engine's): the same frames under random idles and stalls, and
-    ``i.ready`` low in every cycle ``o.ready`` is low, even with ``o`` empty (the default fills
-    an empty output register then: checked too, so the option is not ignored)."""
+def test_inserter_ready_break(width):
+    """``ready_break`` (the TX engine's): the same frames under random idles and stalls, and
+    ``i.ready`` a flip-flop: in every cycle of a random run it is the same with ``o.ready``
+    low and high (the default inserter's is not: checked too, so the option is not ignored)."""
     rng = random.Random(width + 505)
     n = width // 8
     frames = [scapy_frame(rng, 0, 4, paylen)
               for paylen in list(range(0, n + 8, 4)) + [rng.randrange(0, 300) for _ in range(3)]]
-    assert run_inserter(width, frames, rng, 0.2, 0.3, variant=(0, 4), ready_first=True) == frames
-    for ready_first in (True, False):
-        dut = ICRCInserter(width, variant=(0, 4), ready_first=ready_first)
-        seen = []
+    for p_idle, p_stall in ((0.2, 0.3), (0.0, 0.6), (0.5, 0.0)):
+        assert run_inserter(width, frames, rng, p_idle, p_stall, variant=(0, 4),
+                            ready_break=True) == frames
+    for ready_break in (True, False):
+        dut = ICRCInserter(width, variant=(0, 4), ready_break=ready_break)
+        beats = [b for f in frames for b in beats_of(f[:-4], width)]
+        follows = []            # cycles where i.ready changed with o.ready
 
         async def bench(ctx):
-            ctx.set(dut.o.ready, 0)
-            await ctx.tick()
-            seen.append((ctx.get(dut.o.valid), ctx.get(dut.i.ready)))
+            k = 0
+            for _ in range(3 * len(beats)):
+                offer = k < len(beats) and rng.random() < 0.8
+                ctx.set(dut.i.valid, offer)
+                if offer:
+                    ctx.set(dut.i.payload, beats[k])
+                ctx.set(dut.o.ready, 0)
+                r0 = ctx.get(dut.i.ready)
+                ctx.set(dut.o.ready, 1)
+                if ctx.get(dut.i.ready) != r0:
+                    follows.append(k)
+                ctx.set(dut.o.ready, rng.random() < 0.6)
+                k += bool(offer and ctx.get(dut.i.ready))
+                await ctx.tick()
 
-        run_simulation(dut, [bench], cycles=4)
-        assert seen == [(0, 0 if ready_first else 1)], (ready_first, seen)
+        run_simulation(dut, [bench], cycles=3 * len(beats) + 10)
+        assert bool(follows) != ready_break, (ready_break, follows[:5])
 
 
 def test_inserter_rejects_bad_variant():

@@ -166,8 +166,9 @@ def test_ready_break_full_rate():
     assert beats == list(range(50))
 
 
-def test_ipv4_checksum_against_rfc1071():
-    dut = IPv4Checksum()
+@pytest.mark.parametrize("split", [False, True])
+def test_ipv4_checksum_against_rfc1071(split):
+    dut = IPv4Checksum(split=split)
     rng = random.Random(9)
     headers = []
     for _ in range(200):
@@ -210,8 +211,10 @@ def test_ipv4_checksum_against_rfc1071():
                for h in headers[:20])
 
 
-def test_ipv4_checksum_latency():
-    dut = IPv4Checksum()
+@pytest.mark.parametrize("split", [False, True])
+def test_ipv4_checksum_latency(split):
+    dut = IPv4Checksum(split=split)
+    assert dut.latency == IPv4Checksum.latency_for(split=split) == (5 if split else 4)
 
     async def tb(ctx):
         ctx.set(dut.i.payload, layouts.IPV4.from_bits(0x4500_0054 << 128))

@@ -34,7 +34,7 @@ from ..config import check_data_width
 from .crc import (CRC_INIT, advance, advance_rows, apply_rows, crc_bits, data_term_partials,
                   empty_lanes, residue_register, revert_stages, rewind_product, rows_mul,
                   step_matrices, xor_rows)
-from .stream import PacketSignature
+from .stream import PacketSignature, ReadyBreak, packet_layout
 
 __all__ = ["MAX_FRAME_BYTES", "VARIANTS", "covered_start", "masked_bytes", "ICRCInserter",
            "ICRCChecker",
@@ -395,9 +395,10 @@ class ICRCInserter(wiring.Component):
     Throughput: one beat per cycle, back-to-back frames; the input is held for one cycle when a
     frame needs the extra beat.
     Backpressure: full, ``i.ready`` follows ``o.ready``; any input idle pattern. With
-    ``ready_first``, ``i.ready`` is ``o.ready`` (and no pending extra beat) alone: the pipeline
-    also waits while ``o`` is not ready and empty, so ``o.ready`` must not wait for ``o.valid``
-    (a ready-break or a register slice behind it).
+    ``ready_break``, ``o`` leaves through a :class:`~roce_hw.lib.stream.ReadyBreak` and
+    ``i.ready`` (the enable of every stage) is a flip-flop, loaded from that ready-break's next
+    state and the pending extra beat's: the source's enables see a register, and ``o.ready``
+    reaches the ready-break only.
 
     Parameters
     ----------
@@ -409,9 +410,9 @@ class ICRCInserter(wiring.Component):
     variant : tuple or None
         ``None`` (default): each frame's variant is read from its ethertypes; one of
         :data:`VARIANTS` (``(vlan, ip_version)``): every frame is of that variant.
-    ready_first : bool
-        ``o.ready`` never waits for ``o.valid`` (see Backpressure): ``i.ready`` is then one
-        LUT of ``o.ready`` and a register.
+    ready_break : bool
+        ``i.ready`` from a flip-flop, ``o`` through a ready-break (see Backpressure); the same
+        latency.
 
     Members
     -------
@@ -426,9 +427,9 @@ class ICRCInserter(wiring.Component):
         For an unsupported ``data_width`` or ``rewind_per_cycle``.
     """
 
-    def __init__(self, data_width, *, rewind_per_cycle=None, variant=None, ready_first=False):
+    def __init__(self, data_width, *, rewind_per_cycle=None, variant=None, ready_break=False):
         self._width = check_data_width(data_width)
-        self._ready_first = bool(ready_first)
+        self._ready_break = bool(ready_break)
         if variant is not None and tuple(variant) not in VARIANTS:
             raise ValueError(f"variant must be None or one of {VARIANTS}, not {variant!r}")
         self._variant = None if variant is None else tuple(variant)
@@ -475,13 +476,23 @@ class ICRCInserter(wiring.Component):
         fold = advance_rows(-16)
         b_fold = rows_mul(fold, b_rows)
 
-        o = self.o
         pending = Signal()
+        pending_nx = Signal()           # `pending` of the next cycle
         en = Signal()
-        # (with `ready_first` the output register's emptiness is left out: one register less in
-        # front of `i.ready`, which the source's enables then see)
-        m.d.comb += [en.eq((o.ready & ~pending) if self._ready_first
-                           else ~o.valid | (o.ready & ~pending)), self.i.ready.eq(en)]
+        if self._ready_break:
+            # the output register's stream goes through a ready-break, whose `ready` never
+            # waits for `valid`; `en` is loaded with its next value, so it is a flip-flop
+            o = PacketSignature(w).create(path=("obuf",))
+            m.submodules.obreak = obreak = ReadyBreak(packet_layout(w))
+            wiring.connect(m, o, obreak.i)
+            wiring.connect(m, obreak.o, wiring.flipped(self.o))
+            en_r = Signal(init=1, name="en_r")
+            m.d.sync += en_r.eq(obreak.ready_next & ~pending_nx)
+            m.d.comb += en.eq(en_r)
+        else:
+            o = self.o
+            m.d.comb += en.eq(~o.valid | (o.ready & ~pending))
+        m.d.comb += self.i.ready.eq(en)
         transfer = Signal()
         m.d.comb += transfer.eq(self.i.valid & en)
 
@@ -617,14 +628,17 @@ class ICRCInserter(wiring.Component):
         overflow = prev_p.spill
         rot_hold = Signal(32, reset_less=True)
         keep_ext = Signal(4, reset_less=True)
+        m.d.comb += pending_nx.eq(pending)
+        m.d.sync += pending.eq(pending_nx)
         with m.If(o.valid & o.ready & pending):
             m.d.sync += [o.payload.data[:32].eq(rot_hold), o.payload.keep.eq(keep_ext),
-                         o.payload.first.eq(0), o.payload.last.eq(1), pending.eq(0)]
+                         o.payload.first.eq(0), o.payload.last.eq(1)]
+            m.d.comb += pending_nx.eq(0)
         with m.Elif(en):
+            m.d.comb += pending_nx.eq(src_v & src.last & overflow)
             m.d.sync += [o.valid.eq(src_v), o.payload.data.eq(ins),
                          o.payload.first.eq(src.first),
                          o.payload.last.eq(src.last & ~overflow),
-                         pending.eq(src_v & src.last & overflow),
                          rot_hold.eq(rot),
                          keep_ext.eq(src.keep[n - 4:])]
             with m.If(src.last):

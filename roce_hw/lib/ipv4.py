@@ -48,7 +48,8 @@ class IPv4Checksum(wiring.Component):
 
     The header is registered, then its nine 16-bit words other than ``checksum`` are reduced to
     two by a tree of carry-save steps modulo 0xFFFF (the carry out of bit 15 wraps to bit 0:
-    9 -> 6 -> 4 -> 3 -> 2, four LUT levels, no carry chain) into a register; those two are
+    9 -> 6 -> 4 -> 3 -> 2, four LUT levels, no carry chain; with ``split`` a register after
+    the second) into a register; those two are
     added, the carry out of bit 15 is added back in the next stage (it cannot carry again), and
     the result inverted into the output register. That is RFC 1071's checksum:
     the carry-save steps keep the sum modulo 0xFFFF, and they give two zero vectors only for
@@ -57,6 +58,12 @@ class IPv4Checksum(wiring.Component):
     Latency: a header presented on ``i`` (``i.valid``) in cycle t has its checksum on ``o`` in
     cycle t + :attr:`latency` (``o.valid`` a pulse). Throughput: one header per cycle. No
     backpressure: ``o`` cannot be stalled (the consumer buffers it; its cycle is known).
+
+    Parameters
+    ----------
+    split : bool
+        A register in the middle of the carry-save tree (after 9 -> 6 -> 4): two LUT levels
+        per stage instead of four, one cycle more (:attr:`latency` 5 instead of 4).
 
     Members
     -------
@@ -69,8 +76,19 @@ class IPv4Checksum(wiring.Component):
     i: In(stream.Signature(layouts.IPV4, always_ready=True))
     o: Out(stream.Signature(16, always_ready=True))
 
-    #: Register stages from ``i`` to ``o``.
-    latency = 4
+    def __init__(self, *, split=False):
+        self._split = bool(split)
+        super().__init__()
+
+    @property
+    def latency(self):
+        """Register stages from ``i`` to ``o``."""
+        return self.latency_for(split=self._split)
+
+    @staticmethod
+    def latency_for(*, split=False):
+        """:attr:`latency` of a checksum block with these parameters, without building one."""
+        return 5 if split else 4
 
     def elaborate(self, platform):
         m = Module()
@@ -81,15 +99,23 @@ class IPv4Checksum(wiring.Component):
         csum_word = proto.IPV4.offset("checksum")[0] // 2
         raw = hdr.as_value()            # big-endian: word 0 in the top bits
         level = [raw.word_select(nwords - 1 - k, 16) for k in range(nwords) if k != csum_word]
+        level_valid = hdr_valid
+        step = 0
         while len(level) > 2:
             nxt = []
             for k in range(0, len(level) - 2, 3):
                 nxt.extend(_csa_mod_ffff(*level[k:k + 3]))
             nxt.extend(level[len(level) // 3 * 3:])     # the one or two left over
             level = nxt
+            step += 1
+            if self._split and step == 2:
+                mid = [Signal(16, name=f"csm{k}") for k in range(len(level))]
+                mid_valid = Signal(name="csm_valid")
+                m.d.sync += [r.eq(v) for r, v in zip(mid, level)] + [mid_valid.eq(level_valid)]
+                level, level_valid = mid, mid_valid
         pair = [Signal(16, name=f"csa{k}") for k in range(2)]
         pair_valid = Signal(name="csa_valid")
-        m.d.sync += [pair[0].eq(level[0]), pair[1].eq(level[1]), pair_valid.eq(hdr_valid)]
+        m.d.sync += [pair[0].eq(level[0]), pair[1].eq(level[1]), pair_valid.eq(level_valid)]
         # end-around carry: the carry out of a + b goes back in at bit 0, in a stage of its own
         # (it cannot carry again); one 16-bit adder per stage
         plain = Signal(17, name="eac_plain")

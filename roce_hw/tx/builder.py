@@ -11,7 +11,7 @@ from ..lib.arith import or_tree
 from ..lib.header import HeaderInserter, inserter_hdr_layout
 from ..lib.icrc import ICRCInserter
 from ..lib.ipv4 import IPv4Checksum
-from ..lib.stream import FrameSignature, ReadyBreak, frame_layout, packet_layout
+from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
 
 __all__ = ["ICRC_VARIANT", "PacketBuilder"]
 
@@ -34,9 +34,9 @@ class PacketBuilder(wiring.Component):
     Latency: ``hdr`` transfer to the first beat on ``o``: ``HeaderInserter.latency +
     ICRCInserter(W).latency + 1`` cycles. Throughput: one beat per cycle, frames back to back.
     Backpressure: ``o`` stalls everything; ``hdr`` waits while :data:`_CSUM_DEPTH` frames are
-    between ``hdr`` and their checksum beat. ``o.ready`` reaches a ready-break behind the iCRC
-    inserter only (the iCRC inserter, with ``ready_first``, and the header inserter see its
-    register); ``o.payload`` is that ready-break's multiplexer and the checksum's.
+    between ``hdr`` and their checksum beat. ``o.ready`` reaches the iCRC inserter's output
+    ready-break only (``ready_break``: its enable, which the header inserter sees, is a
+    flip-flop); ``o.payload`` is that ready-break's multiplexer and the checksum's.
 
     Parameters
     ----------
@@ -77,8 +77,14 @@ class PacketBuilder(wiring.Component):
         n = w // 8
         m.submodules.hins = hins = HeaderInserter(w, self._variants, abort=True)
         # (every variant is IPv4 without a VLAN tag: no ethertype compare in the iCRC inserter)
-        m.submodules.icrc = icrc = ICRCInserter(w, variant=ICRC_VARIANT, ready_first=True)
-        m.submodules.csum = csum = IPv4Checksum()
+        m.submodules.icrc = icrc = ICRCInserter(w, variant=ICRC_VARIANT, ready_break=True)
+        # the split checksum (two LUT levels per stage) where its cycle more fits before the
+        # checksum's beat (see the assertion below): at 64 and 128 bits
+        off = proto.ETH.size + proto.IPV4.offset("checksum")[0]
+        beat_no, lane = divmod(off, n)
+        split = (IPv4Checksum.latency_for(split=True) + 1
+                 <= HeaderInserter.latency + icrc.latency + 1 + beat_no)
+        m.submodules.csum = csum = IPv4Checksum(split=split)
 
         # checksums of frames between their `hdr` transfer and their checksum beat on `o`
         depth = 16
@@ -136,21 +142,16 @@ class PacketBuilder(wiring.Component):
             m.d.sync += [wp.eq(wp.rotate_left(1)),
                          ab.eq((ab & ~wp) | Mux(src.payload.abort, wp, 0))]
 
-        # the checksum goes into its beat as the frame leaves (offsets from proto)
-        off = proto.ETH.size + proto.IPV4.offset("checksum")[0]
-        beat_no, lane = divmod(off, n)
+        # the checksum goes into its beat as the frame leaves (`beat_no`, `lane`: above)
         pos = Signal(beat_no + 2, init=1)       # one-hot: beats of the frame out so far
         at_csum = Signal()
         data_out = Signal(w)
         m.d.comb += at_csum.eq(pos[beat_no])
         cs = Signal(16)             # AND-OR select by the one-hot pointer (no priority chain)
         m.d.comb += cs.eq(or_tree([cs_mem[k] & cs_rp[k].replicate(16) for k in range(depth)]))
-        # (the ready path from `o` stops here: the iCRC inserter's enable and the header
-        # inserter's output stage see a register, and the iCRC's partial terms take the header
-        # inserter's output register with no multiplexer in front)
-        m.submodules.rbreak = rbreak = ReadyBreak(packet_layout(w))
-        wiring.connect(m, icrc.o, rbreak.i)
-        fo = rbreak.o
+        # (the ready path from `o` stops at the iCRC inserter's ready-break: its enable, which
+        # the header inserter's output stage sees, is a flip-flop)
+        fo = icrc.o
         m.d.comb += data_out.eq(fo.payload.data)
         with m.If(at_csum):
             # wire order: the checksum's high byte first

@@ -431,10 +431,11 @@ class Segmenter(wiring.Component):
         # a registered look-up key, for the request of the cycle before: a request's first
         # result then comes a cycle after it was taken)
         m.d.comb += self.fwd_qp.eq(Mux(a["valid"], a["wr"].qp, wr_in.qp))
-        first_look = 0 if self._fwd_registered else go_r | go_w
+        first_look = C(0, 1) if self._fwd_registered else go_r | go_w
         m.d.sync += [a["hit"].eq(self.fwd_hit), a["hpsn"].eq(self.fwd_psn),
                      a["herr"].eq(self.fwd_err),
                      a["fresh"].eq(Mux(a["valid"], ~a["take"], first_look))]
+        a["go_w"], a["go"], a["first_look"] = go_w, go_r | go_w, first_look
         return a
 
     # ------------------------------------------------------------------ resume preparation
@@ -484,7 +485,9 @@ class Segmenter(wiring.Component):
         # 0-byte one
         with m.If(going & step[6] & (borrow | (zero & ~a["first"]))):
             m.d.sync += a["bad_res"].eq(1)
-        with m.If(going & step[7]):
+        a["ready_set"] = Signal(name="a_ready_set")     # a resume's values are final now
+        m.d.comb += a["ready_set"].eq(going & step[7])
+        with m.If(a["ready_set"]):
             m.d.sync += [a["ready"].eq(1)]
         # (computed every cycle from res_*, which no longer change after step 6)
         m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
@@ -523,10 +526,19 @@ class Segmenter(wiring.Component):
         xfer = Signal()
         flushed = Signal()
         load = Signal()
+        # "the accept register holds a request to load" (a_valid & a_ready & a_fresh) as a
+        # flip-flop of its own, from the next values of the three: `load`, which selects the
+        # whole descriptor register's input, is then one LUT of flip-flops (ECP5 timing). A
+        # request taken (a_valid low) is ready and fresh at once only for a WR without the
+        # registered look-up; one held stays fresh until it is loaded, and a resume becomes
+        # ready at its last preparation step.
+        req_ok = Signal(name="a_req_ok")
+        m.d.sync += req_ok.eq(Mux(a["valid"], ~load & (a["ready"] | a["ready_set"]),
+                                  a["first_look"] & a["go_w"]))
         m.d.comb += [
             xfer.eq(self.o.valid & self.o.ready),
             flushed.eq(self.flush_valid & (self.flush_tag == d.tag)),
-            load.eq(a["valid"] & a["ready"] & a["fresh"] & ~d_valid & ~adv),
+            load.eq(req_ok & ~d_valid & ~adv),
             a["take"].eq(load),
         ]
 
@@ -583,7 +595,12 @@ class Segmenter(wiring.Component):
         # the counters' look-ahead flags of every source, chosen like the value
         wb_f = psn.load_flags(m, self.wb.psn, "wb_psn")
         l_psn_f = [Signal(name=f"l_psn_f{k}") for k in range(len(wb_f))]
-        for k, (fs, fh, fr) in enumerate(zip(psn.load_flags(m, a["spsn"], "a_spsn"),
+        # (a resume's start PSN flags: registered with it, from the port)
+        fs_port = psn.load_flags(m, self.resume.payload.start_psn, "res_psn")
+        fs_reg = [Signal(name=f"a_spsn_f{k}") for k in range(len(fs_port))]
+        with m.If(a["go"]):
+            m.d.sync += [r.eq(f) for r, f in zip(fs_reg, fs_port)]
+        for k, (fs, fh, fr) in enumerate(zip(fs_reg,
                                              psn.load_flags(m, a["hpsn"], "a_hpsn"),
                                              psn.load_flags(m, row.next_psn, "row_psn"))):
             m.d.comb += l_psn_f[k].eq(Mux(a["res"], fs, Mux(wb_hit, wb_f[k], Mux(a["hit"], fh,
