@@ -643,7 +643,9 @@ def _resume_run(width, seed, count=12):
         if rng.randrange(3):
             npk = max(1, -(-n // q.pmtu))
             j = rng.randrange(npk)
-            start = rng.randrange(1 << 24)
+            # (start PSNs ending in 0xFFF too: the PSN counter's carry into its upper chunk
+            # then comes from the look-ahead flag loaded with the start PSN)
+            start = rng.choice([rng.randrange(1 << 24), 0xABCFFF, 0xFFFFFF])
             items.append(Resume(**common, start_packet=j, start_psn=start,
                                 sent=body[j * q.pmtu:]))
             pkts = segment_message(op, body, start_psn=start, start_packet=j, **kw)
