@@ -26,8 +26,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   kept in ``DESIGN_W.pnr.late``). With several ``--seed`` values nextpnr places and routes the same
   netlist once per seed (``--jobs`` at a time): ``ecp5_fmax_by_seed`` has every figure,
   ``ecp5_fmax_mhz`` is the lowest and ``ecp5_fmax_median`` the median, and the late list is
-  the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``). Placement alone
-  moves the figure by 10-20 % between seeds, so a change is judged over several.
+  the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``); ``ecp5_late_blocks``
+  names the submodules that hold late registers, with the number of seeds at which each holds
+  the latest one (:func:`late_blocks`). Placement alone moves the figure by 10-20 % between
+  seeds, so a change is judged over several.
   ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router; the figures
   of record are without it.
 
@@ -55,7 +57,7 @@ from roce_hw.config import DATA_WIDTHS, check_data_width
 from .paths import format_paths, path_report
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
-           "parse_fmax", "main"]
+           "parse_fmax", "late_endpoints", "late_blocks", "module_paths", "main"]
 
 
 class Design:
@@ -227,6 +229,53 @@ def late_endpoints(report, period_ns):
     return sorted(((t, c, b) for b, (t, c) in groups.items()), key=lambda r: (-r[0], r[2]))
 
 
+def module_paths(verilog, top):
+    """The submodule paths of an emitted design (``{"builder", "builder.icrc", ...}``), from
+    its Verilog: Amaranth names a submodule's module after its path (``top.builder.icrc``)."""
+    names = re.findall(r"^module \\?([^\s(]+)", verilog, re.M)
+    return {n[len(top) + 1:] for n in names if n.startswith(top + ".")}
+
+
+def register_block(register, blocks):
+    """The innermost of ``blocks`` (:func:`module_paths`) that holds ``register`` (a name of
+    :func:`late_endpoints`), or ``"(top)"``."""
+    parts = register.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:k]) in blocks:
+            return ".".join(parts[:k])
+    return "(top)"
+
+
+def late_blocks(lates, blocks):
+    """Which blocks hold the late registers of several placements of one netlist. ``lates``
+    maps a seed to its :func:`late_endpoints` rows. Returns ``[(block, latest_at,
+    worst_by_seed)]``: the number of seeds at which the block holds the latest register, and
+    the block's latest input (ns) at each seed where it has a late one; the block most often
+    latest first. One placement's latest register says little (the order changes with the
+    seed); a block late at most seeds is where a change pays."""
+    worst = {}
+    first = {}
+    for seed, rows in lates.items():
+        for t, _, reg in rows:
+            by_seed = worst.setdefault(register_block(reg, blocks), {})
+            by_seed[seed] = max(by_seed.get(seed, 0.0), t)
+        if rows:
+            b = register_block(rows[0][2], blocks)
+            first[b] = first.get(b, 0) + 1
+    return sorted(((b, first.get(b, 0), w) for b, w in worst.items()),
+                  key=lambda r: (-r[1], -len(r[2]), -max(r[2].values()), r[0]))
+
+
+def format_late_blocks(rows, seeds):
+    """Text table of :func:`late_blocks` rows over ``seeds``."""
+    lines = []
+    for block, latest_at, by_seed in rows:
+        ts = sorted(by_seed.values())
+        lines.append(f"  {block:24s} latest at {latest_at:2d} of {len(seeds)} seeds; late at "
+                     f"{len(ts):2d}, median {statistics.median(ts):.2f} ns, worst {ts[-1]:.2f} ns")
+    return "\n".join(lines)
+
+
 def format_late(rows, limit=None):
     """Text table of :func:`late_endpoints` rows."""
     return "\n".join(f"{t:6.2f} ns {c:5d}  {b}" for t, c, b in rows[:limit])
@@ -355,6 +404,13 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
             progress(f"[{top}] nextpnr-ecp5 seeds {', '.join(map(str, seeds))}: "
                      f"{', '.join(str(results[s][0]) for s in seeds)} MHz; lowest {fmax} "
                      f"(seed {worst}), median {row['ecp5_fmax_median']}")
+            blocks = late_blocks({s: results[s][1] for s in seeds},
+                                 module_paths((out / f"{top}.v").read_text(), top))
+            row["ecp5_late_blocks"] = [{"block": b, "latest_at": n, "late_at": len(w),
+                                        "worst_ns": max(w.values())} for b, n, w in blocks]
+            if blocks:
+                progress(f"[{top}] blocks with registers later than {period:.2f} ns, over the "
+                         f"seeds:\n" + format_late_blocks(blocks, seeds))
         progress(f"[{top}] {row['ecp5_late_inputs']} register inputs of {len(late)} registers "
                  f"later than {period:.2f} ns ({LATE_MHZ} MHz) at seed {worst}"
                  + (", the latest:" if late else ""))

