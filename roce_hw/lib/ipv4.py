@@ -49,11 +49,11 @@ class IPv4Checksum(wiring.Component):
     The header is registered, then its nine 16-bit words other than ``checksum`` are reduced to
     two by a tree of carry-save steps modulo 0xFFFF (the carry out of bit 15 wraps to bit 0:
     9 -> 6 -> 4 -> 3 -> 2, four LUT levels, no carry chain; with ``split`` a register after
-    the second) into a register; those two are
-    added, the carry out of bit 15 is added back in the next stage (it cannot carry again), and
-    the result inverted into the output register. That is RFC 1071's checksum:
-    the carry-save steps keep the sum modulo 0xFFFF, and they give two zero vectors only for
-    nine zero words, so the one's-complement representation of zero matches too.
+    the second) into a register; those two are added, the carry out of bit 15 is added back in
+    the next stage (it cannot carry again), and the result inverted into the output register.
+    That is RFC 1071's checksum: the carry-save steps keep the sum modulo 0xFFFF, and they give
+    two zero vectors only for nine zero words, so the one's-complement representation of zero
+    matches too.
 
     Latency: a header presented on ``i`` (``i.valid``) in cycle t has its checksum on ``o`` in
     cycle t + :attr:`latency` (``o.valid`` a pulse). Throughput: one header per cycle. No
