@@ -59,13 +59,18 @@ def test_psn_forward_against_reference(n_qp, depth, seed, registered):
 
     async def bench(ctx):
         prev_q = None
-        for _ in range(3000):
-            wb = (qp(), rng.getrandbits(24), rng.getrandbits(1)) if rng.random() < 0.5 else None
+        # the write-backs' QPs (of the cycles without one too) drawn a cycle ahead: `qp_next`
+        # is the next cycle's
+        wb_qps = [qp() for _ in range(3001)]
+        for i in range(3000):
+            wb = (wb_qps[i], rng.getrandbits(24), rng.getrandbits(1)) \
+                if rng.random() < 0.5 else None
             snoop = qp() if rng.random() < 0.1 else None
             q = qp()
             ctx.set(dut.wb.valid, wb is not None)
+            ctx.set(dut.wb.qp, wb_qps[i])
+            ctx.set(dut.wb.qp_next, wb_qps[i + 1])
             if wb is not None:
-                ctx.set(dut.wb.qp, wb[0])
                 ctx.set(dut.wb.psn, wb[1])
                 ctx.set(dut.wb.err, wb[2])
             ctx.set(dut.snoop_valid, snoop is not None)

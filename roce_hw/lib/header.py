@@ -185,7 +185,9 @@ class HeaderInserter(wiring.Component):
     the event, and the output beat reads the header register's first beat through a
     multiplexer that makes up for the lag (the prefetch register's, the register's second or
     its first beat). The handshake then reaches two flip-flops, not the enable of every bit of
-    a register many beats long (ECP5: its fan-out was 3 ns of routing).
+    a register many beats long (ECP5: its fan-out was 3 ns of routing). "The next beat takes
+    input", of which ``i.ready`` and the tail register's enable are functions, is then a
+    flip-flop as well.
 
     Latency: 2 cycles from a ``hdr`` transfer (to an idle inserter) to ``o.valid`` with the first
     beat; 1 cycle from an ``i`` transfer to ``o.valid`` with the output beat that holds its first
@@ -212,7 +214,7 @@ class HeaderInserter(wiring.Component):
     lazy : bool or None
         The header register follows the header it stands for a cycle late (see Structure):
         ``None`` (default) where the longest header is at least four beats (64 and 128 bits for
-        RoCEv2 headers).
+        RoCEv2 headers); with it, "the next beat takes input" is a flip-flop too.
 
     Members
     -------
@@ -382,6 +384,13 @@ class HeaderInserter(wiring.Component):
         s0 = hc.s0
 
         o_load = Signal()
+        # "the next beat takes input" (a pop with payload, or a payload beat after the pop);
+        # with `lazy`, a flip-flop loaded from the next values of the registers it is a
+        # function of: i.ready and the tail's enable (an input transfer) are then one LUT of
+        # registers and i.valid (ECP5 timing: four LUTs from i.valid to the tail's enable). Its
+        # input cone is deeper than the function itself (Yosys xcup: 5 levels at 256 and 512
+        # bits, where the inserter keeps 4 without it), so only where the header is long.
+        tin = Signal(name="takes_in")
         act = Signal()          # the next beat reads the header register
         produce = Signal()
         pop = Signal()
@@ -390,7 +399,7 @@ class HeaderInserter(wiring.Component):
         m.d.comb += [
             o_load.eq(~self.o.valid | self.o.ready),
             act.eq(hd_valid & ~post),
-            self.i.ready.eq(o_load & ((hd_valid & ~post & hc.pop_in) | (post & ~tph))),
+            self.i.ready.eq(o_load & tin),
             produce.eq(o_load & ((act & (~hc.pop_in | self.i.valid)) |
                                  (post & (tph | self.i.valid)))),
             pop.eq(o_load & act & hc.pop_now & (~hc.pop_in | self.i.valid)),
@@ -460,10 +469,14 @@ class HeaderInserter(wiring.Component):
                 m.d.sync += hd.eq(hd_next)
         # pop_now after a pure header beat that is not the last reader
         shift_pop_now = Mux(therm1, ~therm2 & s0, 1)
-        with m.If(load):
-            m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(1)]
-        with m.Elif(pop):
-            m.d.comb += hd_valid_n.eq(0)
+        # The control register takes its source whenever the header register is free (empty,
+        # or popped now), valid or not, like the wide register: hd_valid says which, and no
+        # control bit waits on the late `hdr.valid` of the header's producer (ECP5 timing). A
+        # control register without a header is read by nothing.
+        free = Signal()
+        m.d.comb += free.eq(~hd_valid | pop)
+        with m.If(free):
+            m.d.comb += [hc_n.eq(src_ctl), hd_valid_n.eq(src_valid)]
         with m.Elif(produce & act):         # a pure header beat that is not the last reader
             m.d.comb += [
                 hc_n.therm.eq(hc.therm[1:]), hc_n.first.eq(0),
@@ -498,7 +511,8 @@ class HeaderInserter(wiring.Component):
                 spill_keep[j].eq(_or([e_sh[x] & keep[n - s + j]
                                       for x, s in enumerate(shifts) if j < s])),
             ]
-        with m.If(produce & ~e_all):
+        # (an input transfer: a produced beat that takes input)
+        with m.If(self.i.valid & o_load & tin):
             m.d.sync += [tail.eq(spill_data), t_keep.eq(spill_keep)]
             if self._abort:
                 m.d.sync += t_abort.eq(self.i.payload.abort)
@@ -524,8 +538,12 @@ class HeaderInserter(wiring.Component):
         m.d.comb += next_p.eq((post & ~tph & ~(produce & self.i.payload.last)) |
                               (pop & Mux(hc.pop_in, ~self.i.payload.last,
                                          hc.payload & therm0)))
+        m.d.sync += [post.eq(post_n), tph.eq(tph_n)]
+        if lazy:
+            m.d.sync += tin.eq((hd_valid_n & ~post_n & hc_n.pop_in) | (post_n & ~tph_n))
+        else:
+            m.d.comb += tin.eq((hd_valid & ~post & hc.pop_in) | (post & ~tph))
         m.d.sync += [
-            post.eq(post_n), tph.eq(tph_n),
             e_code.eq(Mux(next_p, e_code, hc_n.scode)),
             e_sh.eq(Mux(next_p, e_sh, hc_n.shift)),
         ]

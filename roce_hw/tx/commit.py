@@ -207,10 +207,13 @@ class Commit(wiring.Component):
         m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
         # (the data registers load in every cycle, chosen by mism_now alone, which excludes
         # `take`; wb_valid says whether they hold a write-back)
+        wb_qp_next = Signal(qw)
+        m.d.comb += wb_qp_next.eq(Mux(mism_now, fl["qp"], d.qp))
+        m.d.sync += wb_qp.eq(wb_qp_next)
         with m.If(mism_now):
-            m.d.sync += [wb_qp.eq(fl["qp"]), wb_psn.eq(fl["psn"]), wb_err.eq(~fl["lead"])]
+            m.d.sync += [wb_psn.eq(fl["psn"]), wb_err.eq(~fl["lead"])]
         with m.Else():
-            m.d.sync += [wb_qp.eq(d.qp), wb_psn.eq(psn_inc), wb_err.eq(0)]
+            m.d.sync += [wb_psn.eq(psn_inc), wb_err.eq(0)]
         wb_done = Signal()      # a message's last packet committed: write its next PSN back
         wb_mism = Signal()      # a mismatch to write back (the message's PSN, or ERROR)
         flush_mism = Signal()   # a mismatch that flushes the rest of its message
@@ -226,7 +229,7 @@ class Commit(wiring.Component):
         m.d.sync += hold.eq(wb_done | wb_mism | flush_mism)
         m.d.comb += [
             self.wb.valid.eq(wb_valid), self.wb.qp.eq(wb_qp), self.wb.psn.eq(wb_psn),
-            self.wb.err.eq(wb_err),
+            self.wb.err.eq(wb_err), self.wb.qp_next.eq(wb_qp_next),
         ]
         upd = tx_upd_layout(cfg.n_qp)
         m.submodules.upd_fifo = upd_fifo = fifo.SyncFIFOBuffered(width=Shape.cast(upd).width,

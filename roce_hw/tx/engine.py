@@ -243,7 +243,8 @@ class TxEngine(wiring.Component):
         ]
         wiring.connect(m, com.wb, fwd.wb)
         m.d.comb += [seg.wb.valid.eq(com.wb.valid), seg.wb.qp.eq(com.wb.qp),
-                     seg.wb.psn.eq(com.wb.psn), seg.wb.err.eq(com.wb.err)]
+                     seg.wb.psn.eq(com.wb.psn), seg.wb.err.eq(com.wb.err),
+                     seg.wb.qp_next.eq(com.wb.qp_next)]
         wiring.connect(m, com.cut, cut.cmd)
         wiring.connect(m, cut.done, com.done)
         wiring.connect(m, wiring.flipped(self.i), cut.i)

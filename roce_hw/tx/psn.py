@@ -24,12 +24,16 @@ class WriteBackSignature(IndexSignature):
         The QP's next PSN from now on.
     err : ``Out(1)``
         The QP is moved to ERROR (later work requests for it are refused).
+    qp_next : ``Out(idx_width)``
+        ``qp`` of the next cycle (whether or not that cycle has a write-back): a consumer
+        compares it with its key a cycle ahead and registers the result, so "this write-back
+        is of my QP" is a flip-flop AND ``valid`` (ECP5 timing).
     """
 
     def __init__(self, idx_width):
         self._idx_width = idx_width
         super().__init__({"valid": Out(1), "qp": Out(idx_width), "psn": Out(24),
-                          "err": Out(1)})
+                          "err": Out(1), "qp_next": Out(idx_width)})
 
 
 class PsnForward(wiring.Component):
@@ -45,12 +49,12 @@ class PsnForward(wiring.Component):
     Latency: the look-up is combinational (a ``depth``-way compare of QP indices and an AND-OR
     select); a write-back is visible to look-ups in its own cycle. With ``registered_key`` the
     key is registered: the answer in cycle t is for the key of cycle t - 1, against the entries
-    and the write-back of cycle t; each entry's compare with the key is then a flip-flop (loaded
-    with the compare of the entry's next QP and the key), so the answer is an AND-OR of
-    registers (ECP5 timing). A management write in cycle t then forgets its
-    QP's entries at the end of cycle t + 1 (from registers too): no answer for a key presented
-    after the write sees them; a write-back of cycle t is forgotten with them, one of cycle
-    t + 1 is newer than the write and kept.
+    and the write-back of cycle t; each entry's hit is then a flip-flop (loaded with the hit
+    of the entry it becomes), and "the write-back is of the key's QP" too (from the write-back's
+    ``qp_next``), so the answer is an AND-OR of registers (ECP5 timing). A
+    management write in cycle t then forgets its QP's entries at the end of cycle t + 1 (from
+    registers too): no answer for a key presented after the write sees them; a write-back of
+    cycle t is forgotten with them, one of cycle t + 1 is newer than the write and kept.
 
     Parameters
     ----------
@@ -96,31 +100,6 @@ class PsnForward(wiring.Component):
         # at most one valid entry per QP (a write-back drops the older ones of its QP), so the
         # look-up is an AND-OR select with no priority chain; the write-back of this cycle wins
         if self._registered:
-            key = Signal(qw, name="key")
-            m.d.sync += key.eq(self.q_qp)
-            eq = [Signal(name=f"e{k}_match") for k in range(n)]     # qp[k] == key
-            for k in range(n):
-                nxt = Mux(self.wb.valid, self.wb.qp if k == 0 else qp[k - 1], qp[k])
-                m.d.sync += eq[k].eq(nxt == self.q_qp)
-        else:
-            key = self.q_qp
-            eq = [qp[k] == key for k in range(n)]
-        hit = [Signal(name=f"e{k}_hit") for k in range(n)]
-        for k in range(n):
-            m.d.comb += hit[k].eq(valid[k] & eq[k])
-        wb_hit = Signal()
-        cam_psn = Signal(24)
-        cam_err = Signal()
-        m.d.comb += [
-            wb_hit.eq(self.wb.valid & (self.wb.qp == key)),
-            cam_psn.eq(or_tree([psn[k] & hit[k].replicate(24) for k in range(n)])),
-            cam_err.eq(or_tree([err[k] & hit[k] for k in range(n)])),
-            self.q_hit.eq(wb_hit | or_tree(hit)),
-            self.q_psn.eq(Mux(wb_hit, self.wb.psn, cam_psn)),
-            self.q_err.eq(Mux(wb_hit, self.wb.err, cam_err)),
-        ]
-
-        if self._registered:
             # A management write forgets its QP's entries a cycle later, from registers (the
             # look-up key is a cycle old as well, so every look-up of a key presented after the
             # write still sees it; a write-back in the write's cycle is forgotten then too, one
@@ -133,10 +112,47 @@ class PsnForward(wiring.Component):
             snoop_valid, snoop_qp = self.snoop_valid, self.snoop_qp
             # an entry whose QP is being rewritten is dropped on the way
             insert_valid = ~(snoop_valid & (snoop_qp == self.wb.qp))
+        snooped = [Signal(name=f"e{k}_snooped") for k in range(n)]
         kill = [Signal(name=f"e{k}_kill") for k in range(n)]
         for k in range(n):
-            m.d.comb += kill[k].eq((snoop_valid & (qp[k] == snoop_qp)) |
-                                   (self.wb.valid & (qp[k] == self.wb.qp)))
+            m.d.comb += [snooped[k].eq(snoop_valid & (qp[k] == snoop_qp)),
+                         kill[k].eq(snooped[k] | (self.wb.valid & (qp[k] == self.wb.qp)))]
+
+        hit = [Signal(name=f"e{k}_hit") for k in range(n)]
+        if self._registered:
+            # Each entry's hit is a flip-flop, loaded with the hit of the entry it becomes: an
+            # entry that stays (not snooped) and matches the key; after a shift, the one before
+            # it unless the write-back is of the key's QP (that one then replaces it, in entry
+            # 0). The answer is an AND-OR of registers.
+            key = Signal(qw, name="key")
+            m.d.sync += key.eq(self.q_qp)
+            # "this cycle's write-back is of the key's QP" as a flip-flop, from `qp_next`
+            wb_is_key = Signal(name="wb_is_key")
+            m.d.sync += wb_is_key.eq(self.wb.qp_next == self.q_qp)
+            wb_key = Signal(name="wb_is_next_key")     # (for the hits of the next cycle)
+            m.d.comb += wb_key.eq(self.wb.qp == self.q_qp)
+            keeps = [Signal(name=f"e{k}_keeps") for k in range(n)]
+            for k in range(n):
+                m.d.comb += keeps[k].eq(valid[k] & ~snooped[k] & (qp[k] == self.q_qp))
+                shifted = wb_key & insert_valid if k == 0 else keeps[k - 1] & ~wb_key
+                m.d.sync += hit[k].eq(Mux(self.wb.valid, shifted, keeps[k]))
+        else:
+            key = self.q_qp
+            for k in range(n):
+                m.d.comb += hit[k].eq(valid[k] & (qp[k] == key))
+        wb_hit = Signal()
+        cam_psn = Signal(24)
+        cam_err = Signal()
+        m.d.comb += [
+            wb_hit.eq(self.wb.valid & (wb_is_key if self._registered else self.wb.qp == key)),
+            cam_psn.eq(or_tree([psn[k] & hit[k].replicate(24) for k in range(n)])),
+            cam_err.eq(or_tree([err[k] & hit[k] for k in range(n)])),
+            self.q_hit.eq(wb_hit | or_tree(hit)),
+            self.q_psn.eq(Mux(wb_hit, self.wb.psn, cam_psn)),
+            self.q_err.eq(Mux(wb_hit, self.wb.err, cam_err)),
+        ]
+
+        for k in range(n):
             with m.If(kill[k]):
                 m.d.sync += valid[k].eq(0)
         with m.If(self.wb.valid):

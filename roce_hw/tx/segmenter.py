@@ -126,7 +126,7 @@ class Segmenter(wiring.Component):
     per cycle.
 
     Latency: a work request transferred in cycle 0 has its first descriptor valid on ``o`` in
-    cycle 2, or 3 with ``fwd_registered`` (a resume request in cycle 10). Throughput: a
+    cycle 2, or 3 with ``fwd_registered`` (a resume request in cycle 11). Throughput: a
     message's next descriptor is on ``o`` two cycles after the one before it left (packets with
     payload are at least two beats, and the commit waits for a packet's payload anyway); a
     message's first descriptor comes the cycle after the last one of the message before left
@@ -186,7 +186,8 @@ class Segmenter(wiring.Component):
         return m
 
     # ------------------------------------------------------------------ lengths
-    def _last_lengths(self, m, rem, reth, imm, name, opcode=None, any_of=None, lo_nz=None):
+    def _last_lengths(self, m, rem, reth, imm, name, opcode=None, any_of=None, lo_nz=None,
+                      nz4=None):
         """IPv4 total length, UDP length and payload beats of a last packet of ``rem`` (< 2**13)
         bytes. The padded payload and every header size are multiples of 4, so each length is
         one 11-bit adder of ``rem[2:13]``, a constant of the header variant and "``rem`` is not
@@ -194,13 +195,14 @@ class Segmenter(wiring.Component):
         ``opcode``, picks the constant operand in parallel with ``rem``'s own source, and the
         sum goes straight to the caller's register (ECP5: no multiplexer after the carry
         chain). ``any_of(lo, hi)`` is "``rem[lo:hi]`` is not zero" (``rem[lo:hi].any()`` if not
-        given); ``lo_nz``, if given, is "the bytes below a beat are not zero" computed by the
-        caller."""
+        given); ``lo_nz`` and ``nz4``, if given, are "the bytes below a beat are not zero" and
+        "``rem`` is not a multiple of 4" computed by the caller."""
         if any_of is None:
             def any_of(lo, hi):
                 return rem[lo:hi].any()
-        nz = Signal(name=f"{name}_nz4")
-        m.d.comb += nz.eq(rem[0] | rem[1])
+        if nz4 is None:
+            nz4 = Signal(name=f"{name}_nz4")
+            m.d.comb += nz4.eq(rem[0] | rem[1])
         tl = Signal(16, name=f"{name}_tl")
         ul = Signal(16, name=f"{name}_ul")
         beats = Signal(13 - self._lg, name=f"{name}_beats")
@@ -222,7 +224,7 @@ class Segmenter(wiring.Component):
                 with m.Case(c):
                     words = self._l3_bytes(v_reth, v_imm) // 4
                     m.d.comb += [q4.eq(words), u4c.eq(words - udp_words)]
-        m.d.comb += [t4.eq(rem[2:13] + q4 + nz), u4.eq(rem[2:13] + u4c + nz)]
+        m.d.comb += [t4.eq(rem[2:13] + q4 + nz4), u4.eq(rem[2:13] + u4c + nz4)]
         m.d.comb += [
             tl.eq(Cat(C(0, 2), t4)), ul.eq(Cat(C(0, 2), u4)),
         ]
@@ -279,7 +281,8 @@ class Segmenter(wiring.Component):
         m.d.comb += pkc.eq(Cat(k["cnt"], k["z"]))
         return pk, lik, pkc
 
-    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None, lo_nz=None):
+    def _precompute(self, m, rem, reth, imm, name, opcode=None, hz=None, nib=None, lo_nz=None,
+                    nz4=None):
         """What the load needs of ``rem`` bytes from the first packet to send (see
         :meth:`_pre_shapes`), computed before the PMTU is known. ``hz`` is "``rem[14:]`` is
         zero" (computed here if not given): every test below then looks at 14 bits at most,
@@ -287,7 +290,7 @@ class Segmenter(wiring.Component):
         "``rem[4 i:4 i + 4]`` is not zero" flags for the nibbles below bit 16, which the zero
         tests then use in place of the bits: no test is more than one LUT of its inputs, and
         no prefix OR is left for the mapper to chain. ``lo_nz``, if given, is "``rem`` is not
-        a multiple of the beat" (see :meth:`_last_lengths`)."""
+        a multiple of the beat" and ``nz4`` "... of 4" (see :meth:`_last_lengths`)."""
         if hz is None:
             hz = Signal(name=f"{name}_hz")
             m.d.comb += hz.eq(~rem[_HZ:].any())
@@ -316,7 +319,8 @@ class Segmenter(wiring.Component):
                                         (~rem[k] | ~any_of(0, k)))
         m.d.comb += out["nz"].eq(~hz | any_of(0, _HZ))
         out["tl"], out["ul"], out["beats"] = self._last_lengths(m, rem, reth, imm, name, opcode,
-                                                                any_of=any_of, lo_nz=lo_nz)
+                                                                any_of=any_of, lo_nz=lo_nz,
+                                                                nz4=nz4)
         return out
 
     # ------------------------------------------------------------------ accept
@@ -386,13 +390,28 @@ class Segmenter(wiring.Component):
         # same WR; a resume uses the `r` precompute, not this one): without them the mapper
         # built it from pre_len's multiplexed bits in a chain of four LUTs in front of the
         # carry chain (7 cells at 64 bits).
-        w_lo = Signal(name="w_lo_port", attrs={"keep": 1})
-        w_lo_nz = Signal(name="w_lo_nz", attrs={"keep": 1})
-        w_lo_reg = Signal(name="w_lo_reg")
-        m.d.comb += [w_lo.eq(length[:self._lg].any()),
-                     w_lo_nz.eq(Mux(p_empty, w_lo, w_lo_reg))]
-        m.d.sync += w_lo_reg.eq(w_lo_nz)
-        pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op, lo_nz=w_lo_nz)
+        def port_flag(value, name):
+            """``value`` of the port's length, or its registered copy while the accept
+            register is full (the same WR), as a keep wire."""
+            port = Signal(name=f"{name}_port", attrs={"keep": 1})
+            flag = Signal(name=name, attrs={"keep": 1})
+            reg = Signal(name=f"{name}_reg")
+            m.d.comb += [port.eq(value), flag.eq(Mux(p_empty, port, reg))]
+            m.d.sync += reg.eq(flag)
+            return flag
+
+        w_lo_nz = port_flag(length[:self._lg].any(), "w_lo_nz")
+        # (and the carry in of the length adders: `pre_len`'s multiplexed bits and their OR
+        # were two LUTs in front of the carry chain; only where a beat is 8 bytes: with more,
+        # ABC builds the beat flag's OR from this one, a LUT level more, 7 cells at 128 bits)
+        w_nz4 = port_flag(length[:2].any(), "w_nz4") if self._lg <= 3 else None
+        # the zero tests of the PMTU compares the same way (the resume's precompute has them
+        # as registers): "the high part is zero", "nibble i is not zero" (ECP5: built from the
+        # multiplexed length bits, the compares were 7-8 cells deep)
+        w_hz = port_flag(~length[_HZ:].any(), "w_hz")
+        w_nib = [port_flag(length[4 * i:4 * i + 4].any(), f"w_nib{i}") for i in range(4)]
+        pre_w = self._precompute(m, pre_len, reth, imm, "w", opcode=pre_op, hz=w_hz, nib=w_nib,
+                                 lo_nz=w_lo_nz, nz4=w_nz4)
         with m.If(go_r | go_w):
             m.d.sync += [
                 a["valid"].eq(1), a["wr"].eq(wr_in), a["res"].eq(go_r),
@@ -417,7 +436,7 @@ class Segmenter(wiring.Component):
         # The keep-mask compares and the packet counter's load flags per PMTU, one register set
         # for both kinds of request: from the WR port while the accept register is empty, then
         # from the request taken (a resume's rest has its length's low bits; its a_rem is final
-        # from step 5).
+        # from step 6).
         lg = self._lg
         k_src = Signal(lg)
         m.d.comb += k_src.eq(Mux(p_empty, length[:lg], p_len[:lg]))
@@ -442,9 +461,10 @@ class Segmenter(wiring.Component):
     def _resume_prep(self, m, a):
         """A resume request: offset = start_packet * PMTU (the row's), rest = length - offset
         12 bits per cycle (shift registers, no multiplexer by step), then the checks and the
-        precomputes from the rest, one step per cycle."""
+        precomputes from the rest, one step per cycle. Step 0 copies the row's PMTU code: the
+        offset's multiplexer then reads a register of its own, not the row's (ECP5 timing)."""
         row = self.qp_rd.data
-        step = Signal(8, init=1, name="res_step")   # one-hot: each step enables with one AND
+        step = Signal(9, init=1, name="res_step")   # one-hot: each step enables with one AND
         off = Signal(36, name="res_off")
         lsh = Signal(36, name="res_len")
         rest = Signal(36, name="res_rest")
@@ -453,7 +473,10 @@ class Segmenter(wiring.Component):
         going = Signal()
         m.d.comb += going.eq(a["valid"] & a["res"] & ~a["ready"])
         off_in = Signal(36)
-        with m.Switch(row.pmtu):
+        code = Signal.like(row.pmtu, name="res_pmtu")
+        with m.If(going & step[0]):
+            m.d.sync += code.eq(row.pmtu)
+        with m.Switch(code):
             for c in _PMTU_CODES:
                 with m.Case(c):
                     m.d.comb += off_in.eq(a["spkt"] << (7 + c))
@@ -462,9 +485,9 @@ class Segmenter(wiring.Component):
         m.d.comb += acc.eq(Cat(C(1, 1), lsh[:12]) + Cat(~borrow, ~off[:12]))
         part = Signal(13, name="res_part")
         m.d.comb += part.eq(Cat(acc[1:13], ~acc[13]))
-        # The precomputes from the rest in two register stages: a_rem is final from step 5;
+        # The precomputes from the rest in two register stages: a_rem is final from step 6;
         # its low bits, "the high part is zero" and "nibble i is not zero" registered from
-        # step 6 (`zero` is then one LUT of them); the precomputes from step 7, taken at step 8.
+        # step 7 (`zero` is then one LUT of them); the precomputes from step 8, taken at step 9.
         r_rem = Signal(_HZ, name="res_rem")
         r_hz = Signal(name="res_hz")
         r_nib = [Signal(name=f"res_nib{i}") for i in range(4)]
@@ -474,22 +497,22 @@ class Segmenter(wiring.Component):
         pre_r = self._precompute(m, r_rem, a["reth"], a["imm"], "r", hz=r_hz, nib=r_nib)
         with m.If(going):
             m.d.sync += step.eq(step.rotate_left(1))
-        with m.If(going & step[0]):
+        with m.If(going & step[1]):
             m.d.sync += [off.eq(off_in), lsh.eq(a["wr"].length), borrow.eq(0)]
-        with m.If(going & (step[1] | step[2] | step[3])):
+        with m.If(going & (step[2] | step[3] | step[4])):
             m.d.sync += [borrow.eq(part[12]), rest.eq(Cat(rest[12:], part[:12])),
                          off.eq(off[12:]), lsh.eq(lsh[12:])]
-        with m.If(going & step[4]):
+        with m.If(going & step[5]):
             m.d.sync += a["rem"].eq(Mux(borrow, 0, rest[:32]))
         # not a packet of the message: past its end (a_rem is 0 then), or past byte 0 of a
         # 0-byte one
-        with m.If(going & step[6] & (borrow | (zero & ~a["first"]))):
+        with m.If(going & step[7] & (borrow | (zero & ~a["first"]))):
             m.d.sync += a["bad_res"].eq(1)
         a["ready_set"] = Signal(name="a_ready_set")     # a resume's values are final now
-        m.d.comb += a["ready_set"].eq(going & step[7])
+        m.d.comb += a["ready_set"].eq(going & step[8])
         with m.If(a["ready_set"]):
             m.d.sync += [a["ready"].eq(1)]
-        # (computed every cycle from res_*, which no longer change after step 6)
+        # (computed every cycle from res_*, which no longer change after step 7)
         m.d.sync += [a["r"][key].eq(pre_r[key]) for key in pre_r]
 
     # ------------------------------------------------------------------ emit
@@ -548,7 +571,7 @@ class Segmenter(wiring.Component):
         # With `fwd_registered`, a request is loaded two cycles after it was taken at the
         # earliest (its look-up is a cycle late), and everything below that depends on the
         # request and its QP row alone is final from the cycle after it was taken (a resume's
-        # from step 7, the cycle before it is ready): those values are then registered here,
+        # from step 8, the cycle before it is ready): those values are then registered here,
         # so that the row's PMTU code and the multiplexers it selects are a cycle off the path
         # to the descriptor register (ECP5 timing: that path crossed the block twice).
         staged = self._fwd_registered
@@ -576,8 +599,22 @@ class Segmenter(wiring.Component):
         l_pmtu_b, l_le, l_q, l_r = (stage(l_pmtu_b, "l_pmtu_b"), stage(l_le, "l_le"),
                                     stage(l_q, "l_q"), stage(l_r, "l_r"))
         pre = {key: stage(value, f"l_{key}") for key, value in pre.items()}
+        # "This cycle's write-back is of the request's QP" (`wb_req`) and "... of the first
+        # descriptor's QP" (`wb_first`, with d.first folded in), as flip-flops compared a cycle
+        # ahead from the write-back's `qp_next` (ECP5 timing: each compare was two LUTs in
+        # front of the PSN counter's load or enable). A request is loaded a cycle after it was
+        # taken at the earliest, and `fwd_qp` is its QP in the cycle before any cycle it is
+        # loaded in; a descriptor's QP changes only with a load.
+        wb_req = Signal(name="wb_is_req")
+        wb_first = Signal(name="wb_is_first")
+        eq_req = Signal()
+        m.d.comb += eq_req.eq(self.wb.qp_next == self.fwd_qp)
+        # (a request loaded now is in the accept register: its QP is a_wr's)
+        m.d.sync += [wb_req.eq(eq_req),
+                     wb_first.eq(Mux(load, (self.wb.qp_next == w.qp) & ~a["res"],
+                                     (self.wb.qp_next == d.qp) & d.first & ~adv))]
         wb_hit = Signal()
-        m.d.comb += wb_hit.eq(self.wb.valid & (self.wb.qp == w.qp))
+        m.d.comb += wb_hit.eq(self.wb.valid & wb_req)
         q_err = Signal()
         m.d.comb += q_err.eq(Mux(wb_hit, self.wb.err, a["hit"] & a["herr"]))
         op_err = Signal()
@@ -600,9 +637,10 @@ class Segmenter(wiring.Component):
         fs_reg = [Signal(name=f"a_spsn_f{k}") for k in range(len(fs_port))]
         with m.If(a["go"]):
             m.d.sync += [r.eq(f) for r, f in zip(fs_reg, fs_port)]
+        row_f = [stage(f, f"row_psn_f{k}")
+                 for k, f in enumerate(psn.load_flags(m, row.next_psn, "row_psn"))]
         for k, (fs, fh, fr) in enumerate(zip(fs_reg,
-                                             psn.load_flags(m, a["hpsn"], "a_hpsn"),
-                                             psn.load_flags(m, row.next_psn, "row_psn"))):
+                                             psn.load_flags(m, a["hpsn"], "a_hpsn"), row_f)):
             m.d.comb += l_psn_f[k].eq(Mux(a["res"], fs, Mux(wb_hit, wb_f[k], Mux(a["hit"], fh,
                                                                                   fr))))
         l_q_f = [Signal(name=f"l_q_f{_Q_CHUNK}")]
@@ -692,10 +730,13 @@ class Segmenter(wiring.Component):
         with m.If(xfer & d.last):
             m.d.sync += d_valid.eq(0)
 
-        # refresh of a waiting first descriptor by a write-back of its QP
-        with m.If(d_valid & d.first & ~d.refused & self.wb.valid & (self.wb.qp == d.qp)):
+        # refresh of a waiting first descriptor by a write-back of its QP (the PSN of a
+        # refused one too: it is not used, and the PSN counter's enable has an input less)
+        refresh = Signal()
+        m.d.comb += refresh.eq(d_valid & self.wb.valid & wb_first)
+        with m.If(refresh):
             m.d.sync += psn.load(self.wb.psn, wb_f)
-            with m.If(self.wb.err):
+            with m.If(~d.refused & self.wb.err):
                 m.d.sync += [d.refuse.eq(WcStatus.LOC_QP_OP_ERR), d.refused.eq(1),
                              d.last.eq(1)]
         with m.If(flushed):
