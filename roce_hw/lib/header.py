@@ -511,7 +511,7 @@ class HeaderInserter(wiring.Component):
                 spill_keep[j].eq(_or([e_sh[x] & keep[n - s + j]
                                       for x, s in enumerate(shifts) if j < s])),
             ]
-        # (an input transfer: a produced beat that takes input)
+        # (an input transfer, `i.valid & i.ready`: a produced beat that takes input)
         with m.If(self.i.valid & o_load & tin):
             m.d.sync += [tail.eq(spill_data), t_keep.eq(spill_keep)]
             if self._abort:

@@ -609,7 +609,8 @@ class Segmenter(wiring.Component):
         wb_first = Signal(name="wb_is_first")
         eq_req = Signal()
         m.d.comb += eq_req.eq(self.wb.qp_next == self.fwd_qp)
-        # (a request loaded now is in the accept register: its QP is a_wr's)
+        # (a request loaded now is in the accept register: compared with its QP there, not
+        # through `fwd_qp`'s multiplexer of the ports, which is equal then)
         m.d.sync += [wb_req.eq(eq_req),
                      wb_first.eq(Mux(load, (self.wb.qp_next == w.qp) & ~a["res"],
                                      (self.wb.qp_next == d.qp) & d.first & ~adv))]
