@@ -25,7 +25,9 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   and the registers they belong to (:func:`late_endpoints`; the full list, latest first, is
   kept in ``DESIGN_W.pnr.late``). With several ``--seed`` values nextpnr places and routes the same
   netlist once per seed (``--jobs`` at a time): ``ecp5_fmax_by_seed`` has every figure,
-  ``ecp5_fmax_mhz`` is the lowest and ``ecp5_fmax_median`` the median, and the late list is
+  ``ecp5_fmax_mhz`` is the lowest, ``ecp5_fmax_median`` the median, ``ecp5_fmax_mean`` and
+  ``ecp5_fmax_sd`` the mean and standard deviation, ``ecp5_seeds_at_target`` the number of seeds
+  at :data:`LATE_MHZ` or more, and the late list is
   the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``); ``ecp5_late_blocks``
   names the submodules that hold late registers, with the number of seeds at which each holds
   the latest one (:func:`late_blocks`). Placement alone moves the figure by 10-20 % between
@@ -397,13 +399,19 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
         row["ecp5_fmax_mhz"] = fmax
         row["ecp5_tmg_ripup"] = bool(tmg_ripup)
         row["ecp5_fmax_by_seed"] = {s: results[s][0] for s in seeds}
-        row["ecp5_fmax_median"] = round(statistics.median(results[s][0] for s in seeds), 1)
+        figures = [results[s][0] for s in seeds]
+        row["ecp5_fmax_median"] = round(statistics.median(figures), 1)
+        row["ecp5_fmax_mean"] = round(statistics.fmean(figures), 1)
+        row["ecp5_fmax_sd"] = round(statistics.stdev(figures), 1) if len(figures) > 1 else 0.0
+        row["ecp5_seeds_at_target"] = sum(f >= LATE_MHZ for f in figures)
         row["ecp5_late_inputs"] = sum(c for _, c, _ in late)
         row["ecp5_late_registers"] = len(late)
         if len(seeds) > 1:
             progress(f"[{top}] nextpnr-ecp5 seeds {', '.join(map(str, seeds))}: "
                      f"{', '.join(str(results[s][0]) for s in seeds)} MHz; lowest {fmax} "
-                     f"(seed {worst}), median {row['ecp5_fmax_median']}")
+                     f"(seed {worst}), median {row['ecp5_fmax_median']}, mean "
+                     f"{row['ecp5_fmax_mean']} (sd {row['ecp5_fmax_sd']}); "
+                     f"{row['ecp5_seeds_at_target']} of {len(seeds)} at {LATE_MHZ} MHz or more")
             blocks = late_blocks({s: results[s][1] for s in seeds},
                                  module_paths((out / f"{top}.v").read_text(), top))
             row["ecp5_late_blocks"] = [{"block": b, "latest_at": n, "late_at": len(w),

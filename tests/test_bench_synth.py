@@ -178,6 +178,12 @@ def test_ecp5_several_seeds(tmp_path):
         assert round(fmax, 1) == v
     assert row["ecp5_fmax_mhz"] == min(by_seed.values())
     assert row["ecp5_fmax_median"] == round(sum(by_seed.values()) / 2, 1)
+    assert row["ecp5_fmax_mean"] == round(sum(by_seed.values()) / 2, 1)
+    assert row["ecp5_fmax_sd"] == round(abs(by_seed[3] - by_seed[4]) / 2 ** 0.5, 1)
+    assert row["ecp5_seeds_at_target"] == sum(v >= synth.LATE_MHZ for v in by_seed.values())
+    assert (f"median {row['ecp5_fmax_median']}, mean {row['ecp5_fmax_mean']} (sd "
+            f"{row['ecp5_fmax_sd']}); {row['ecp5_seeds_at_target']} of 2 at 156.25 MHz or more"
+            in res.stdout)
     assert all(b["latest_at"] <= b["late_at"] <= 2 for b in row["ecp5_late_blocks"])
 
 
