@@ -125,7 +125,7 @@ class PsnForward(wiring.Component):
             # it unless the write-back is of the key's QP (that one then replaces it, in entry
             # 0). The answer is an AND-OR of registers.
             # (`key` is read by nothing in this mode; Yosys drops it. Taking it out of the
-            # text re-rolled ABC's mapping of the whole engine: see the README's seventh round)
+            # text re-rolled ABC's mapping of the whole engine: docs/ecp5-timing.md, round 7)
             key = Signal(qw, name="key")
             m.d.sync += key.eq(self.q_qp)
             # "this cycle's write-back is of the key's QP" as a flip-flop, from `qp_next`
