@@ -624,15 +624,26 @@ def _resume_run(width, seed, count=12):
     from byte j * PMTU); a resume neither uses nor moves the QP's next PSN."""
     rng = random.Random(seed)
     config = EngineConfig(data_width=width, ack_req_every=rng.choice([1, 2, 64]))
-    qps = make_qps(rng, 2)
+    # two QPs of two different random PMTUs (not the smallest two every time)
+    qps = make_qps(rng, 2, pmtus=tuple(rng.sample([256, 512, 1024, 2048, 4096], 2)))
     for q in qps:
         q.start_psn = rng.choice([0xFFFFFE, rng.randrange(1 << 24)])
     items, want = [], []
     psn = {q.index: q.start_psn for q in qps}
+    seen = set()           # what the resumes covered: ("middle", "last", "first")
+    resumed = []           # (first frame, frames, start packet, PMTU, start PSN, message)
     for k in range(count):
         q = rng.choice(qps)
         op = rng.choice(OPS)
-        n = rng.choice([0, 1, q.pmtu - 1, q.pmtu, q.pmtu + 1, rng.randrange(3 * q.pmtu + 6)])
+        resume = rng.randrange(3) != 0
+        if resume:
+            # mostly messages of several packets, resumed past the first one (MIDDLE and LAST
+            # packets, no RETH); sometimes from packet 0 or in a one-packet message
+            n = rng.choice([rng.randrange(2 * q.pmtu + 1, 4 * q.pmtu + 6),
+                            rng.randrange(q.pmtu + 1, 2 * q.pmtu + 1),
+                            rng.choice([0, 1, q.pmtu - 1, q.pmtu])])
+        else:
+            n = rng.choice([0, 1, q.pmtu - 1, q.pmtu, q.pmtu + 1, rng.randrange(3 * q.pmtu + 6)])
         body = rng.randbytes(n)
         common = dict(wr_id=rng.randrange(1 << 64), opcode=op, qp=q.index, payload=body,
                       length=n, remote_addr=rng.randrange(1 << 64), r_key=rng.randrange(1 << 32),
@@ -640,20 +651,25 @@ def _resume_run(width, seed, count=12):
         kw = dict(pmtu=q.pmtu, remote_addr=common["remote_addr"], r_key=common["r_key"],
                   imm=common["imm"], solicited=common["solicited"],
                   ack_req_every=config.ack_req_every)
-        if rng.randrange(3):
+        if resume:
             npk = max(1, -(-n // q.pmtu))
-            j = rng.randrange(npk)
+            j = rng.randrange(1, npk) if npk > 1 and rng.randrange(4) else rng.randrange(npk)
+            seen |= {"first" if j == 0 else "middle" if j < npk - 1 else "last"}
             # (start PSNs ending in 0xFFF too: the PSN counter's carry into its upper chunk
             # then comes from the look-ahead flag loaded with the start PSN)
             start = rng.choice([rng.randrange(1 << 24), 0xABCFFF, 0xFFFFFF])
             items.append(Resume(**common, start_packet=j, start_psn=start,
                                 sent=body[j * q.pmtu:]))
             pkts = segment_message(op, body, start_psn=start, start_packet=j, **kw)
+            resumed.append((len(want), len(pkts), j, q.pmtu, start, body))
         else:
             items.append(WR(**common))
             pkts = segment_message(op, body, start_psn=psn[q.index], **kw)
             psn[q.index] = (pkts[-1].psn + 1) & proto.PSN_MASK
         want += [(q, p) for p in pkts]
+    # (the stimulus covers what the test claims, whatever the seed: a resume that starts at a
+    # MIDDLE packet, one at the LAST, one at packet 0)
+    assert seen == {"first", "middle", "last"}, seen
     res = simulate(config, qps, items, seed=seed, p_wr_idle=0.2, p_in_idle=0.2, p_stall=0.2)
     frames = [f for f, ab, _, _ in res["frames"]]
     assert not any(ab for _, ab, _, _ in res["frames"])
@@ -663,8 +679,30 @@ def _resume_run(width, seed, count=12):
         exp = build_request_frame(q.path(config.ttl), pkt, ip_id=(config.ip_id_start + k) & 0xFFFF)
         assert frame == exp, (f"frame {k}: psn {pkt.psn} opcode {pkt.opcode!r}\n"
                               f" got {frame.hex()}\nwant {exp.hex()}")
-        if pkt.reth is None:
-            assert parse_frame(frame).reth is None
+    # the requester model (the one the other engine tests use) agrees, frame for frame
+    check(config, qps, items, res)
+    # and, independently of both models, scapy's parse of every resumed message: PSNs from the
+    # start PSN, opcodes MIDDLE/LAST past packet 0 (RC_*_FIRST/ONLY only at packet 0), the
+    # message's bytes from j * PMTU on
+    from scapy.contrib.roce import BTH
+    from scapy.layers.l2 import Ether
+    for first, count_, j, pmtu, start, body in resumed:
+        got = b""
+        for i, frame in enumerate(frames[first:first + count_]):
+            bth = Ether(frame)[BTH]
+            name = bth.sprintf("%BTH.opcode%")
+            assert bth.psn == (start + i) & proto.PSN_MASK
+            last = i == count_ - 1
+            want_kind = ("ONLY" if last else "FIRST") if j + i == 0 else \
+                ("LAST" if last else "MIDDLE")
+            assert name.startswith("RC_") and want_kind in name, (j, i, name)
+            rest = bytes(bth.payload)              # (scapy keeps the iCRC as a field)
+            if "WRITE" in name and ("FIRST" in name or "ONLY" in name):
+                rest = rest[16:]                                      # RETH
+            if "IMMEDIATE" in name:
+                rest = rest[4:]
+            got += rest[:len(rest) - bth.padcount]
+        assert got == body[j * pmtu:]
 
 
 @pytest.mark.parametrize("width", [64, 512])
