@@ -17,7 +17,8 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap, wrpcapng
 
 from roce_hw.proto import WrOpcode
-from roce_hw.model.packet import QPPath, TxModel, build_ack_frame, build_cnp_frame
+from roce_hw.model.packet import QPPath, build_ack_frame, build_cnp_frame
+from roce_hw.model.requester import PathRequester
 from sim.pcap import read_capture, write_pcap
 
 __all__ = []
@@ -217,7 +218,7 @@ def test_psn_gap_duplicate_retransmission(tmp_path):
     model: the analyzer counts exactly those."""
     path = QPPath(src_mac=0x020000000001, dst_mac=0x020000000002, src_ip=0x0A000001,
                   dst_ip=0x0A000002, dest_qp=0x42, udp_sport=0xC100)
-    m = TxModel(ip_id_start=1)
+    m = PathRequester(ip_id_start=1)
     frames = m.post(path, 256, 0xFFFFFD, WrOpcode.RDMA_WRITE, bytes(256 * 6))   # PSN ..FD..02
     seq = [frames[0], frames[1], frames[3], frames[4], frames[4], frames[5]]    # lose [2], dup [4]
     # go-back-N from PSN 0xFFFFFF (= frames[2]): same PSNs, new IP IDs -> retransmissions

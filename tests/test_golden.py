@@ -12,7 +12,8 @@ import pytest
 from roce_hw import proto
 from roce_hw.proto import Opcode, Transport, WrOpcode
 from roce_hw.model.icrc import frame_icrc_ok
-from roce_hw.model.packet import QPPath, TxModel, build_frame, build_request_frame, parse_frame
+from roce_hw.model.packet import QPPath, build_frame, build_request_frame, parse_frame
+from roce_hw.model.requester import PathRequester
 from roce_hw.model.segment import segment_message
 from sim.pcap import read_capture
 
@@ -274,7 +275,7 @@ def test_tx_model_reproduces_full_frames(golden_dir, name):
                       dst_ip=r0.ip["dst"], dest_qp=r0.dest_qp, udp_sport=r0.udp["src_port"],
                       dscp=r0.ip["dscp"], ecn=r0.ip["ecn"], ttl=r0.ip["ttl"],
                       p_key=r0.bth["p_key"], migreq=r0.bth["migreq"])
-        model = TxModel(ip_id_start=r0.ip["identification"])
+        model = PathRequester(ip_id_start=r0.ip["identification"])
         reth = r0.reth or {"va": 0, "r_key": 0}
         frames = model.post(path, 1024, r0.psn, _wr_of(msg), b"".join(r.payload for r in msg),
                             remote_addr=reth["va"], r_key=reth["r_key"], imm=msg[-1].imm or 0,
@@ -287,8 +288,8 @@ def test_tx_model_reproduces_full_frames(golden_dir, name):
     assert n >= 10
 
 
-def test_tx_model_continues_psn_and_ip_id_over_write_bw(golden_dir):
-    """One TxModel posting the 5 WRITEs of rdma_write_bw.pcap with start PSN only on the first:
+def test_path_requester_continues_psn_and_ip_id_over_write_bw(golden_dir):
+    """One PathRequester posting the 5 WRITEs of rdma_write_bw.pcap with start PSN only on the first:
     all 15 frames equal the capture (the requester's IP IDs are consecutive there)."""
     raw = [f for f in _roce_frames(golden_dir, "rdma_write_bw.pcap")
            if Opcode(f[42]) != Opcode.RC_ACKNOWLEDGE]
@@ -296,7 +297,7 @@ def test_tx_model_continues_psn_and_ip_id_over_write_bw(golden_dir):
     r0 = reqs[0]
     path = QPPath(src_mac=r0.eth["src"], dst_mac=r0.eth["dst"], src_ip=r0.ip["src"],
                   dst_ip=r0.ip["dst"], dest_qp=r0.dest_qp, udp_sport=r0.udp["src_port"])
-    model = TxModel(ip_id_start=r0.ip["identification"])
+    model = PathRequester(ip_id_start=r0.ip["identification"])
     out = []
     for k in range(5):
         payload = b"".join(r.payload for r in reqs[3 * k:3 * k + 3])

@@ -17,8 +17,9 @@ from scapy.packet import Raw
 from roce_hw import proto
 from roce_hw.proto import Opcode, Transport, WrOpcode
 from roce_hw.model import icrc as micrc
-from roce_hw.model.packet import (QPPath, TxModel, build_ack_frame, build_cnp_frame,
+from roce_hw.model.packet import (QPPath, build_ack_frame, build_cnp_frame,
                                   build_frame, build_request_frame, parse_frame)
+from roce_hw.model.requester import PathRequester
 from roce_hw.model.psn import (psn_add, psn_ahead, psn_compare, psn_diff, psn_ge, psn_gt,
                                psn_in_window, psn_le, psn_lt)
 from roce_hw.model.segment import PacketSpec, segment_message
@@ -581,10 +582,10 @@ def test_request_frames_vs_scapy():
             ip_id = (ip_id + 1) & 0xFFFF
 
 
-def test_tx_model_psn_and_ip_id():
+def test_path_requester_psn_and_ip_id():
     rng = random.Random(SEED + 10)
     a, b = _path(rng), _path(rng)
-    m = TxModel(ip_id_start=0xFFFE, ack_req_every=2)
+    m = PathRequester(ip_id_start=0xFFFE, ack_req_every=2)
     with pytest.raises(ValueError, match="start PSN"):
         m.post(a, 1024, None, WrOpcode.SEND, b"x")
     fa = m.post(a, 256, 0xFFFFFE, WrOpcode.RDMA_WRITE, bytes(600), remote_addr=0x1000, r_key=7)
@@ -605,6 +606,29 @@ def test_tx_model_psn_and_ip_id():
     # an explicit PSN restarts the QP's sequence
     assert parse_frame(m.post(b, 256, 5, WrOpcode.SEND, b"")[0]).psn == 5
     assert m.next_psn(b.dest_qp) == 6
+
+
+def test_path_requester_errors():
+    """What the path front end cannot send is an error, and leaves its state alone."""
+    rng = random.Random(SEED + 11)
+    a = _path(rng)
+    m = PathRequester(ip_id_start=5, n_qp=2)
+    with pytest.raises(ValueError, match="16-bit"):
+        PathRequester(ip_id_start=1 << 16)
+    with pytest.raises(ValueError, match="untagged"):
+        m.post(QPPath(**{**a.__dict__, "vlan": 3}), 256, 0, WrOpcode.SEND, b"x")
+    with pytest.raises(ValueError, match="PMTU"):
+        m.post(a, 300, 0, WrOpcode.SEND, b"x")
+    with pytest.raises(ValueError, match="refused"):
+        m.post(a, 256, 0, 7, b"x")                      # not a WR opcode
+    assert m.next_psn(a.dest_qp) is None and m.ip_id == 5
+    m.post(a, 256, 0, WrOpcode.SEND, b"x")
+    with pytest.raises(ValueError, match="refused"):
+        m.post(a, 256, 9, 7, b"x")
+    m.post(QPPath(**{**a.__dict__, "dest_qp": a.dest_qp ^ 1}), 256, 0, WrOpcode.SEND, b"")
+    with pytest.raises(ValueError, match="more than 2 destination QPs"):
+        m.post(QPPath(**{**a.__dict__, "dest_qp": a.dest_qp ^ 2}), 256, 0, WrOpcode.SEND, b"")
+    assert m.ip_id == 7 and m.next_psn(a.dest_qp) == 1
 
 
 def test_model_does_not_import_amaranth():

@@ -583,15 +583,16 @@ def test_deliver_strict_raises_on_rejection():
 @pytest.mark.parametrize("pmtu,transport,seed", [(256, "RC", 1), (1024, "RC", 2), (4096, "RC", 3),
                                                  (512, "UC", 4)])
 def test_golden_model_frames_accepted(pmtu, transport, seed):
-    """Frames of the project's pure-Python requester model (roce_hw.model.packet.TxModel) for a
+    """Frames of the project's pure-Python requester model (roce_hw.model.requester.PathRequester) for a
     seeded mix of WRs: the independent responder accepts all of them and completes each
     message with its bytes; with AckReq every 8 packets it ACKs mid-message too."""
-    from roce_hw.model.packet import QPPath, TxModel
+    from roce_hw.model.packet import QPPath
+    from roce_hw.model.requester import PathRequester
     from roce_hw.proto import Transport, WrOpcode
     rng = random.Random(seed)
     path = QPPath(src_mac=0x02000000000A, dst_mac=0x02000000000B, src_ip=0x0A000001,
                   dst_ip=0x0A000002, dest_qp=QPN, udp_sport=SPORT)
-    tx = TxModel(ip_id_start=0xFFF0, ack_req_every=8)
+    tx = PathRequester(ip_id_start=0xFFF0, ack_req_every=8)
     peer = ResponderModel(mac=B_MAC, ip=B_IP)
     peer.add_qp(QPN, epsn=EPSN, pmtu=pmtu, transport=transport, remote_qpn=REMOTE_QPN)
     peer.register_mr(VA, 1 << 20, RKEY)

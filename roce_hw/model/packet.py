@@ -13,13 +13,12 @@ import struct
 from dataclasses import dataclass
 
 from .. import proto
-from ..proto import Opcode, Transport
+from ..proto import Opcode
 from .icrc import icrc_bytes
-from .segment import segment_message
 
 __all__ = [
     "QPPath", "RoceFrame", "build_frame", "build_request_frame", "build_ack_frame",
-    "build_cnp_frame", "parse_frame", "ipv4_checksum", "TxModel",
+    "build_cnp_frame", "parse_frame", "ipv4_checksum",
 ]
 
 _HEADER_NAMES = {h: name for name, h in (
@@ -248,9 +247,10 @@ def build_frame(opcode, *, eth=None, vlan=None, ip_version=4, ip=None, ip_option
     if vlan_f is None:
         l2 = proto.ETH.pack(eth_f, ethertype=ethertype)
     else:
-        eth_f["ethertype"] = proto.ETHERTYPE_VLAN
-        l2 = proto.ETH.pack(eth_f)[:12] + proto.VLAN_TAG.pack(vlan_f) + \
-            ethertype.to_bytes(2, "big")
+        # the tag (its TPID where the ethertype was) between the addresses and the ethertype
+        at = proto.ETH.offset("ethertype")[0]
+        l2 = proto.ETH.pack(eth_f)[:at] + proto.VLAN_TAG.pack(vlan_f) + \
+            ethertype.to_bytes(proto.ETH.width("ethertype") // 8, "big")
     return l2 + l3 + crc
 
 
@@ -322,9 +322,11 @@ def parse_frame(frame):
         if len(frame) < off + proto.VLAN_TAG.size:
             raise ValueError("frame truncated inside the 802.1Q tag")
         # the tag's TPID is the ETH ethertype; its TCI and the inner ethertype follow
-        vlan = proto.VLAN_TAG.unpack(frame, off - 2)
-        ethertype = int.from_bytes(frame[off + 2:off + 4], "big")
-        off += proto.VLAN_TAG.size
+        at = proto.ETH.offset("ethertype")[0]
+        vlan = proto.VLAN_TAG.unpack(frame, at)
+        at += proto.VLAN_TAG.size
+        ethertype = int.from_bytes(frame[at:at + proto.ETH.width("ethertype") // 8], "big")
+        off = at + proto.ETH.width("ethertype") // 8
         del vlan["tpid"]
     ip_options = b""
     if ethertype == proto.ETHERTYPE_IPV4:
@@ -332,7 +334,7 @@ def parse_frame(frame):
         ip = proto.IPV4.unpack(frame, off) if len(frame) >= off + proto.IPV4.size else None
         if ip is None:
             raise ValueError("frame truncated inside the IPv4 header")
-        if ip["version"] != 4 or ip["ihl"] < 5:
+        if ip["version"] != 4 or ip["ihl"] * 4 < proto.IPV4.size:
             raise ValueError(f"bad IPv4 version/IHL {ip['version']}/{ip['ihl']}")
         hlen = ip["ihl"] * 4
         ip_options = frame[off + proto.IPV4.size:off + hlen]
@@ -395,46 +397,3 @@ def parse_frame(frame):
                      opcode=op, headers=headers, payload=payload, pad=pad, pad_bytes=pad_b,
                      icrc=crc, icrc_ok=ok, ip_options=ip_options, trailer=frame[end:])
 
-
-class TxModel:
-    """Transaction-level requester model: per-QP next PSN and one IP ID counter.
-
-    ``post()`` segments a work request (:func:`~roce_hw.model.segment.segment_message`) and
-    returns its frames. PSNs continue per destination QP (``path.dest_qp``); the first post to
-    a QP must give a start PSN, a later one may give ``None`` to continue (or a PSN to restart).
-    The IPv4 ID increments by one per frame (mod 2**16) across all QPs.
-    """
-
-    def __init__(self, *, ip_id_start=0, ack_req_every=64):
-        if not 0 <= int(ip_id_start) <= 0xFFFF:
-            raise ValueError(f"ip_id_start = {ip_id_start} is not a 16-bit value")
-        if int(ack_req_every) < 1:
-            raise ValueError(f"ack_req_every = {ack_req_every} must be >= 1")
-        self.ip_id = int(ip_id_start)
-        self.ack_req_every = int(ack_req_every)
-        self._next_psn = {}
-        self.packets = []    #: every PacketSpec posted, in order
-
-    def next_psn(self, dest_qp):
-        """Next PSN of ``dest_qp``, or ``None`` if nothing was posted to it yet."""
-        return self._next_psn.get(dest_qp)
-
-    def post(self, path, pmtu, start_psn_or_None, wr_opcode, payload, *, remote_addr=0, r_key=0,
-             imm=0, solicited=False, transport=Transport.RC):
-        """Frames of one work request on ``path``; see the class docstring."""
-        psn = start_psn_or_None
-        if psn is None:
-            psn = self._next_psn.get(path.dest_qp)
-            if psn is None:
-                raise ValueError(f"first post to QP {path.dest_qp:#x} needs a start PSN")
-        pkts = segment_message(wr_opcode, payload, pmtu=pmtu, start_psn=psn,
-                               remote_addr=remote_addr, r_key=r_key, imm=imm,
-                               solicited=solicited, ack_req_every=self.ack_req_every,
-                               transport=transport)
-        frames = []
-        for p in pkts:
-            frames.append(build_request_frame(path, p, ip_id=self.ip_id))
-            self.ip_id = (self.ip_id + 1) & 0xFFFF
-        self._next_psn[path.dest_qp] = (pkts[-1].psn + 1) & proto.PSN_MASK
-        self.packets.extend(pkts)
-        return frames

@@ -14,7 +14,7 @@ from .packet import QPPath, build_request_frame
 from .qp_state import QPStateModel
 from .segment import segment_message
 
-__all__ = ["Sent", "RequesterModel"]
+__all__ = ["Sent", "RequesterModel", "PathRequester"]
 
 LOC_LEN_ERR = proto.WcStatus.LOC_LEN_ERR
 LOC_QP_OP_ERR = proto.WcStatus.LOC_QP_OP_ERR
@@ -102,12 +102,15 @@ class RequesterModel:
         self.ip_id = (self.ip_id + 1) & 0xFFFF
 
     def post(self, *, qp, opcode, payload, length=None, wr_id=0, remote_addr=0, r_key=0,
-             imm=0, solicited=False, start_packet=None, start_psn=0):
+             imm=0, solicited=False, start_packet=None, start_psn=0,
+             transport=proto.Transport.RC):
         """One work request (or, with ``start_packet``, a resume request: ``payload`` is the
         whole message, the engine is given its bytes from ``start_packet * PMTU`` on).
 
         ``length`` is the length the request declares (default ``len(payload)``): a different
-        value is a length mismatch. Returns the :class:`Sent` records of this request.
+        value is a length mismatch. ``transport`` is RC, as the engine sends; UC gives the
+        frames a UC requester would send (for test traffic: the engine has no UC yet). Returns
+        the :class:`Sent` records of this request.
         """
         first_sent = len(self.sent)
         length = len(payload) if length is None else int(length)
@@ -137,7 +140,7 @@ class RequesterModel:
                                start_psn=start_psn if resume else row["next_psn"],
                                remote_addr=remote_addr, r_key=r_key, imm=imm,
                                solicited=solicited, ack_req_every=self.ack_req_every,
-                               start_packet=j)
+                               start_packet=j, transport=transport)
         path = self.path(row)
         if len(given) == want:
             for p in pkts:
@@ -157,3 +160,76 @@ class RequesterModel:
             row["state"] = proto.QPState.ERROR
             row["next_psn"] = pkts[bad].psn
         return self.sent[first_sent:]
+
+
+class PathRequester:
+    """The requester model addressed by connection path instead of QP index, for test traffic
+    and tools that have no QP table: each destination QP of a :class:`QPPath` gets a row of a
+    :class:`RequesterModel` (in order of first use, at most ``n_qp``), which keeps its next PSN,
+    and the one IPv4 identification counter of all of them.
+
+    :meth:`post` returns the frames of one work request. The first post to a destination QP
+    must give a start PSN; a later one may give ``None`` to continue (or a PSN to restart).
+    ``ip_id`` may be set between posts (a retransmission's new identifications).
+    """
+
+    def __init__(self, *, ip_id_start=0, ack_req_every=64, n_qp=64):
+        if not 0 <= int(ip_id_start) <= 0xFFFF:
+            raise ValueError(f"ip_id_start = {ip_id_start} is not a 16-bit value")
+        if int(ack_req_every) < 1:
+            raise ValueError(f"ack_req_every = {ack_req_every} must be >= 1")
+        self.model = RequesterModel(n_qp=n_qp, ack_req_every=int(ack_req_every),
+                                    ip_id_start=int(ip_id_start))
+        self._row = {}          # destination QPN -> row index
+        self.packets = []       #: every PacketSpec posted, in order
+
+    @property
+    def ip_id(self):
+        """The identification of the next frame."""
+        return self.model.ip_id
+
+    @ip_id.setter
+    def ip_id(self, value):
+        if not 0 <= int(value) <= 0xFFFF:
+            raise ValueError(f"ip_id = {value} is not a 16-bit value")
+        self.model.ip_id = int(value)
+
+    def next_psn(self, dest_qp):
+        """Next PSN of ``dest_qp``, or ``None`` if nothing was posted to it yet."""
+        k = self._row.get(dest_qp)
+        return None if k is None else self.model.qps.rows[k]["next_psn"]
+
+    def post(self, path, pmtu, start_psn_or_None, wr_opcode, payload, *, remote_addr=0,
+             r_key=0, imm=0, solicited=False, transport=proto.Transport.RC):
+        """Frames of one work request on ``path`` (untagged), ``pmtu`` bytes a packet; see the
+        class docstring. A request the model refuses raises ``ValueError``."""
+        if path.vlan is not None:
+            raise ValueError("the requester sends untagged frames (path.vlan must be None)")
+        k = self._row.get(path.dest_qp)
+        psn = start_psn_or_None
+        if psn is None:
+            if k is None:
+                raise ValueError(f"first post to QP {path.dest_qp:#x} needs a start PSN")
+            psn = self.model.qps.rows[k]["next_psn"]
+        row = {"state": proto.QPState.RTS, "remote_qpn": path.dest_qp,
+               "remote_mac": path.dst_mac, "remote_ip": path.dst_ip,
+               "udp_sport": path.udp_sport, "dscp": path.dscp, "ecn": path.ecn,
+               "p_key": path.p_key, "migreq": path.migreq, "pmtu": proto.pmtu_code(pmtu),
+               "next_psn": psn, "una_psn": psn}
+        if k is None:
+            if len(self._row) >= self.model.n_qp:
+                raise ValueError(f"more than {self.model.n_qp} destination QPs")
+            k = len(self._row)
+        before = dict(self.model.qps.rows[k])
+        self.model.write_qp(k, row)
+        self.model.local_mac, self.model.local_ip = path.src_mac, path.src_ip
+        self.model.ttl = path.ttl
+        n_status = len(self.model.statuses)
+        sent = self.model.post(qp=k, opcode=wr_opcode, payload=payload, remote_addr=remote_addr,
+                               r_key=r_key, imm=imm, solicited=solicited, transport=transport)
+        if len(self.model.statuses) > n_status:
+            self.model.qps.rows[k] = before             # (nothing was sent)
+            raise ValueError(f"request refused: {self.model.statuses[-1]['status']!r}")
+        self._row[path.dest_qp] = k
+        self.packets.extend(s.packet for s in sent)
+        return [s.frame for s in sent]
