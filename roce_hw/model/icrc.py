@@ -15,26 +15,39 @@ from .. import proto
 __all__ = ["masked_l3", "icrc", "icrc_bytes", "frame_l3", "frame_icrc_ok"]
 
 
+def _ones(b, base, header, field):
+    """Set ``field`` of the ``header`` at byte ``base`` of ``b`` to all 1s (offsets from
+    :mod:`roce_hw.proto`)."""
+    byte, bit = header.offset(field)
+    for k in range(byte * 8 + bit, byte * 8 + bit + header.width(field)):
+        b[base + k // 8] |= 0x80 >> (k % 8)
+
+
+#: The iCRC-variant fields of each header, set to 1s (PROTOCOL.md §2).
+_VARIANT = {"IPV4": ("dscp", "ecn", "ttl", "checksum"),
+            "IPV6": ("traffic_class", "flow_label", "hop_limit"),
+            "UDP": ("checksum",), "BTH": ("fecn", "becn", "resv6")}
+
+
 def masked_l3(l3):
     """``l3`` (IP header .. pad, without the iCRC) with the iCRC-variant fields set to 1s."""
     b = bytearray(l3)
-    version = b[0] >> 4
+    version = b[0] >> 4                # (the first nibble of either IP header)
     if version == 4:
-        ihl = (b[0] & 0x0F) * 4
-        b[1] = 0xFF                    # TOS (DSCP/ECN)
-        b[8] = 0xFF                    # TTL
-        b[10:12] = b"\xff\xff"         # header checksum
+        ip = proto.IPV4
+        if len(b) < ip.size:
+            raise ValueError(f"{len(b)} bytes is too short for an IPv4 header")
+        ihl = ip.unpack(b)["ihl"] * 4
     elif version == 6:
-        ihl = proto.IPV6.size
-        b[0] |= 0x0F                   # traffic class, high nibble
-        b[1:4] = b"\xff\xff\xff"       # traffic class low nibble, flow label
-        b[7] = 0xFF                    # hop limit
+        ip = proto.IPV6
+        ihl = ip.size
     else:
         raise ValueError(f"IP version {version} is neither 4 nor 6")
     if len(b) < ihl + proto.UDP.size + proto.BTH.size:
         raise ValueError(f"{len(b)} bytes is too short for IP/UDP/BTH headers")
-    b[ihl + 6:ihl + 8] = b"\xff\xff"   # UDP checksum
-    b[ihl + 8 + 4] = 0xFF              # BTH byte 4: FECN, BECN, resv6
+    for header, base in ((ip, 0), (proto.UDP, ihl), (proto.BTH, ihl + proto.UDP.size)):
+        for field in _VARIANT[header.name]:
+            _ones(b, base, header, field)
     return bytes(b)
 
 
@@ -59,27 +72,32 @@ def frame_l3(frame):
             raise ValueError(f"frame of {len(frame)} bytes is truncated inside the {where}")
 
     need(proto.ETH.size, "Ethernet header")
-    off = 12
-    ethertype = struct.unpack_from("!H", frame, off)[0]
-    off += 2
+    # (a tag's TPID sits where the ethertype would be; the real ethertype follows the tag)
+    et_at = proto.ETH.offset("ethertype")[0]
+    et_bytes = proto.ETH.width("ethertype") // 8
+    ethertype = int.from_bytes(frame[et_at:et_at + et_bytes], "big")
+    off = proto.ETH.size
     if ethertype == proto.ETHERTYPE_VLAN:
-        need(off + proto.VLAN_TAG.size, "802.1Q tag")
-        ethertype = struct.unpack_from("!H", frame, off + 2)[0]
-        off += 4
+        need(et_at + proto.VLAN_TAG.size + et_bytes, "802.1Q tag")
+        et_at += proto.VLAN_TAG.size
+        ethertype = int.from_bytes(frame[et_at:et_at + et_bytes], "big")
+        off = et_at + et_bytes
     if ethertype == proto.ETHERTYPE_IPV4:
         need(off + proto.IPV4.size, "IPv4 header")
-        ihl = (frame[off] & 0x0F) * 4
-        if frame[off] >> 4 != 4 or ihl < 20 or frame[off + 9] != proto.IP_PROTO_UDP:
+        ip = proto.IPV4.unpack(frame, off)
+        ihl = ip["ihl"] * 4
+        if ip["version"] != 4 or ihl < proto.IPV4.size or ip["protocol"] != proto.IP_PROTO_UDP:
             raise ValueError("not an IPv4/UDP packet")
     elif ethertype == proto.ETHERTYPE_IPV6:
         need(off + proto.IPV6.size, "IPv6 header")
+        ip = proto.IPV6.unpack(frame, off)
         ihl = proto.IPV6.size
-        if frame[off] >> 4 != 6 or frame[off + 6] != proto.IP_PROTO_UDP:
+        if ip["version"] != 6 or ip["next_header"] != proto.IP_PROTO_UDP:
             raise ValueError("not an IPv6/UDP packet")
     else:
         raise ValueError(f"ethertype {ethertype:#06x} is not IPv4 or IPv6")
     need(off + ihl + proto.UDP.size, "UDP header")
-    udp_len = struct.unpack_from("!H", frame, off + ihl + 4)[0]
+    udp_len = proto.UDP.unpack(frame, off + ihl)["length"]
     end = off + ihl + udp_len
     if udp_len < proto.UDP.size + proto.BTH.size + proto.ICRC_BYTES or end > len(frame):
         raise ValueError(f"UDP length {udp_len} does not fit the frame")

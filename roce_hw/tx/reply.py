@@ -100,8 +100,8 @@ class ReplyBuilder(wiring.Component):
                         m.d.sync += [
                             hdr.variant.eq(_CM),
                             f.eth.dst.eq(c.dst_mac), f.eth.ethertype.eq(proto.ETHERTYPE_IPV4),
-                            f.ipv4.version.eq(4), f.ipv4.ihl.eq(5), f.ipv4.dscp.eq(0),
-                            f.ipv4.ecn.eq(0),
+                            f.ipv4.version.eq(4), f.ipv4.ihl.eq(proto.IPV4.size // 4),
+                            f.ipv4.dscp.eq(0), f.ipv4.ecn.eq(0),
                             f.ipv4.total_length.eq(proto.IPV4.size + _CM_UDP_LENGTH),
                             f.ipv4.identification.eq(0), f.ipv4.flag_rsv.eq(0),
                             f.ipv4.flag_df.eq(1), f.ipv4.flag_mf.eq(0), f.ipv4.frag_offset.eq(0),
