@@ -487,6 +487,16 @@ class WcStatus(enum.IntEnum):
     GENERAL_ERR = 21
 
 
+class WcOpcode(enum.IntEnum):
+    """``enum ibv_wc_opcode`` values (libibverbs ``verbs.h``) of the completions this engine can
+    make: a receive completion has bit 7 set (``opcode & RECV``)."""
+    SEND = 0
+    RDMA_WRITE = 1
+    RDMA_READ = 2
+    RECV = 128
+    RECV_RDMA_WITH_IMM = 129
+
+
 class WrOpcode(enum.IntEnum):
     """``enum ibv_wr_opcode`` values (libibverbs) for the operations a work request can ask for."""
     RDMA_WRITE = 0

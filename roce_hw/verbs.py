@@ -5,11 +5,11 @@ statuses, and the layouts of the work-request, status and completion streams."""
 from amaranth.lib import data
 
 from .config import check_config
-from .proto import WcStatus, WrOpcode
+from .proto import WcOpcode, WcStatus, WrOpcode
 from .qp_state import qp_index_width
 
-__all__ = ["WrOpcode", "WcStatus", "wr_layout", "resume_layout", "status_layout", "gen_cmd_layout",
-           "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
+__all__ = ["WrOpcode", "WcStatus", "WcOpcode", "wr_layout", "resume_layout", "status_layout",
+           "completion_layout", "gen_cmd_layout", "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
 
 #: Largest message a work request may ask for (RoCEv2: 2**31 bytes).
 MAX_MESSAGE_BYTES = 1 << 31
@@ -79,6 +79,38 @@ def status_layout(config):
         "wr_id": 64,
         "qp": qp_index_width(config.n_qp),
         "status": 5,
+    })
+
+
+def completion_layout(config):
+    """Payload of a completion stream (one transfer per completed work request or received
+    message), modelled on ``struct ibv_wc``. It is the interface the completion queue of the
+    reliability issue and the receive side will produce; no block produces it yet (the TX
+    engine reports only refused requests, on its ``status`` stream, whose fields are the first
+    three here).
+
+    ==============  =====================  ====================================================
+    field           width                  meaning
+    ==============  =====================  ====================================================
+    ``wr_id``       64                     the work request's ``wr_id`` (a send completion)
+    ``qp``          ``qp_index_width``     QP index
+    ``status``      5                      :class:`WcStatus` (``ibv_wc_status``)
+    ``opcode``      8                      :class:`WcOpcode` (``ibv_wc_opcode``; bit 7: a
+                                           receive)
+    ``byte_len``    32                     bytes received (a receive completion)
+    ``with_imm``    1                      ``imm`` is valid (``IBV_WC_WITH_IMM``)
+    ``imm``         32                     the ImmDt, as ``ibv_wc.imm_data``
+    ==============  =====================  ====================================================
+    """
+    config = check_config(config)
+    return data.StructLayout({
+        "wr_id": 64,
+        "qp": qp_index_width(config.n_qp),
+        "status": 5,
+        "opcode": 8,
+        "byte_len": 32,
+        "with_imm": 1,
+        "imm": 32,
     })
 
 
