@@ -3,10 +3,12 @@
 
 from dataclasses import dataclass
 
-__all__ = ["DATA_WIDTHS", "check_data_width", "check_config", "EngineConfig"]
+__all__ = ["DATA_WIDTHS", "MAX_N_QP", "check_data_width", "check_config", "EngineConfig"]
 
 #: The datapath widths the generator supports, in bits.
 DATA_WIDTHS = (64, 128, 256, 512, 1024)
+#: The most queue pairs a QP table holds.
+MAX_N_QP = 16384
 
 
 def check_data_width(data_width):
@@ -57,8 +59,8 @@ class EngineConfig:
     def __post_init__(self):
         check_data_width(self.data_width)
         if isinstance(self.n_qp, bool) or not isinstance(self.n_qp, int) or \
-                not 1 <= self.n_qp <= 16384:
-            raise ValueError(f"n_qp must be an integer from 1 to 16384, not {self.n_qp!r}")
+                not 1 <= self.n_qp <= MAX_N_QP:
+            raise ValueError(f"n_qp must be an integer from 1 to {MAX_N_QP}, not {self.n_qp!r}")
         if isinstance(self.ack_req_every, bool) or not isinstance(self.ack_req_every, int) or \
                 not 1 <= self.ack_req_every <= 1 << 16:
             raise ValueError(f"ack_req_every must be an integer from 1 to 65536, "

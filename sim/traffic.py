@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roce_hw import proto
-from roce_hw.config import DATA_WIDTHS, EngineConfig
+from roce_hw.config import DATA_WIDTHS, MAX_N_QP, EngineConfig
 
 __all__ = ["CLOCK_MHZ", "QPSetup", "qp_context", "WorkItem", "TrafficResult", "run_traffic",
            "random_workload", "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
@@ -324,8 +324,10 @@ def _ip(text):
 
 #: Field widths in bits that a scenario's QPs and WRs must respect (the QP context row and the
 #: WR descriptor of the engine; a wider value would be silently truncated by the hardware).
-_QP_BITS = {"index": 14, "remote_qpn": 24, "remote_mac": 48, "remote_ip": 32, "udp_sport": 16,
-            "start_psn": 24, "dscp": 6, "ecn": 2, "p_key": 16, "migreq": 1}
+_CTX_BITS = dict(proto.QP_CONTEXT_FIELDS)
+_QP_BITS = {"index": (MAX_N_QP - 1).bit_length(), "start_psn": _CTX_BITS["next_psn"],
+            **{k: _CTX_BITS[k] for k in ("remote_qpn", "remote_mac", "remote_ip", "udp_sport",
+                                         "dscp", "ecn", "p_key", "migreq")}}
 _WR_BITS = {"remote_addr": 64, "r_key": 32, "imm": 32}
 
 

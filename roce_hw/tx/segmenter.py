@@ -66,6 +66,10 @@ def desc_layout(config):
     ==================  =======================================================================
     """
     n = check_config(config).data_bytes
+    # (the widths of the QP row's and the WR's fields, from their declarations)
+    row = {k: w for k, w in proto.QP_CONTEXT_FIELDS
+           if k in ("remote_mac", "remote_ip", "udp_sport", "dscp", "ecn")}
+    wr = {k: Shape.cast(f.shape).width for k, f in wr_layout(config)}
     return data.StructLayout({
         "qp": qp_index_width(config.n_qp), "wr_id": 64, "tag": 1, "refuse": 5,
         "first": 1, "last": 1, "resumed": 1, "has_payload": 1,
@@ -73,8 +77,8 @@ def desc_layout(config):
         "pk": n, "lik": n, "pkc": n.bit_length(), "beats": 13 - (n - 1).bit_length(),
         "tot_len": 16, "udp_len": 16, "reth": 1, "imm": 1,
         "bth": layouts.BTH,
-        "va": 64, "r_key": 32, "dma_length": 32, "imm_data": 32,
-        "remote_mac": 48, "remote_ip": 32, "udp_sport": 16, "dscp": 6, "ecn": 2,
+        "va": wr["remote_addr"], "r_key": wr["r_key"], "dma_length": wr["length"],
+        "imm_data": wr["imm"], **row,
     })
 
 
