@@ -748,7 +748,10 @@ class Segmenter(wiring.Component):
             m.d.sync += [d_valid.eq(0), adv.eq(0)]
 
         with m.If(load):
-            m.d.sync += psn.load(l_psn, l_psn_f) + index.load(a["spkt"]) + q.load(l_q, l_q_f)
+            # (a new message's packets count from 0; `a_spkt` holds the resume port's value for
+            # a WR too)
+            m.d.sync += (psn.load(l_psn, l_psn_f) + index.load(Mux(a["res"], a["spkt"], 0)) +
+                         q.load(l_q, l_q_f))
             m.d.sync += [
                 d_valid.eq(1), tag.eq(~tag),
                 d.qp.eq(w.qp), d.wr_id.eq(w.wr_id), d.tag.eq(tag), d.refuse.eq(refuse),
