@@ -142,41 +142,42 @@ class QPStateTable(wiring.Component):
     per-QP registers, so the design is the same at 1 or 16384 QPs; the memories map to
     block/distributed RAM.
 
-    All writes take effect in the cycle of the stream transfer that carries them. A management
-    read issued in the same cycle sees them (transparent); a ``tx_rd`` read issued in the same
-    cycle returns the row from before them, one issued later sees them (the TX path forwards its
-    own write-backs, and keeping ``tx_rd`` non-transparent keeps the write arbitration off its
-    data path). The management read ports are not transparent either: the rows they return
-    are patched after their registers, from registered copies of what was written in the read's
-    cycle (the request's own row for a write; ``tx_upd``'s and ``una_upd``'s fields when they
-    write the row being read), decided from the ports alone, so the write arbitration is not on
-    the response's data path either (ECP5 timing).
+    ``tx_upd`` and ``una_upd`` writes take effect in the cycle of the stream transfer that
+    carries them; a management write is written the cycle after its transfer (the *write
+    stage*, the first cycle of its response). A management read sees every write made before
+    and in its cycle (transparent); a ``tx_rd`` read returns the row from before the writes of
+    its cycle: it sees an update transferred a cycle or more before it, and a management write
+    transferred two cycles or more before it (the TX path forwards its own write-backs; a WR
+    transferred after a management write's response finds the row written; keeping ``tx_rd``
+    non-transparent keeps the writes off its data path). The management read ports are not
+    transparent either: the rows they return are patched after their registers, from
+    registered copies of what was written in the read's cycle (the request's own row for a
+    write; ``tx_upd``'s and ``una_upd``'s fields), so no write port is on the response's data
+    path (ECP5 timing).
 
     Arbitration. Only a management *write* to a valid row competes with the internal writers
     (management reads use their own read ports; out-of-range requests write nothing; ``tx_upd``
-    and ``una_upd`` use different memories and never compete with each other). There are two
-    round-robin priority bits, management vs ``tx_upd`` and management vs ``una_upd``. A
-    management write whose response slot is free goes when management holds the priority over
-    every internal writer that is valid in that cycle; otherwise every valid internal writer goes
-    and the management write waits. An internal writer that goes hands its bit to management; a
-    management write that goes hands both bits back. Bounds (tested): an internal update waits at
-    most 1 cycle; a management write waits at most 2 cycles once its response slot is free; with
-    every port valid every cycle, management writes go every other cycle and both internal
-    writers in the cycles between. No port can starve another.
+    and ``una_upd`` use different memories and never compete with each other). The write stage
+    has the write ports to itself in its cycle: ``tx_upd.ready``, ``una_upd.ready`` and
+    ``mgmt_req.ready`` are low then. Bounds (tested): an internal update waits at most 1 cycle;
+    a management request waits at most 1 cycle once its response slot is free; with every port
+    valid every cycle, management writes go every other cycle and both internal writers in the
+    cycles between. No port can starve another. Every write port input is a flip-flop, or one
+    LUT of flip-flops and the internal writers' ports (the ECP5 placer had put the former
+    round-robin arbitration up to 3.8 ns of routing away from the write addresses).
 
     Latency and throughput:
 
     * ``mgmt_req`` -> ``mgmt_rsp``: response valid the cycle after the request transfer (1 cycle);
       1 request per cycle while ``mgmt_rsp`` is ready (a 1-deep output register, full backpressure:
-      ``mgmt_req.ready`` is low while a response is held). Exactly one response per request, in
-      order.
+      ``mgmt_req.ready`` is low while a response is held, and in the cycle after a write).
+      Exactly one response per request, in order.
     * ``tx_rd``: 1 cycle, 1 read per cycle, never blocked.
     * ``tx_upd`` / ``una_upd``: 0 cycles (written at the transfer), 1 per cycle; ``ready`` is low
-      only in a cycle in which a management write wins the arbitration (at most 1 cycle in a row).
+      only in the write stage's cycle (at most 1 cycle in a row).
 
-    Combinational paths: every ``ready`` of this block depends on ``mgmt_req.valid``/``payload``,
-    ``mgmt_rsp.ready``, ``tx_upd.valid`` and ``una_upd.valid`` (never the other way round);
-    ``mgmt_rsp.valid`` and ``tx_rd.data`` come from registers/RAM outputs.
+    Combinational paths: none through the block. Every ``ready`` and ``mgmt_rsp.valid`` is a
+    function of registers; ``tx_rd.data`` comes from the RAM outputs.
 
     Out-of-range indices (``qp >= n_qp``, possible when ``n_qp`` is 1 or not a power of two):
     a management request gets ``error=1`` and an all-zero ``ctx`` and writes nothing; a ``tx_rd``
@@ -300,41 +301,42 @@ class QPStateTable(wiring.Component):
         rsp_free = Signal()
         m.d.comb += rsp_free.eq(~rsp.valid | rsp.ready)
         # Nearly the same, as a flip-flop of its own computed a cycle ahead, for the
-        # arbitration. It takes a request offered (`req.valid`) for one taken, so the
-        # arbitration is not in its own input: it is `rsp_free` except for a cycle after a
-        # request lost to an update while the ready-break held a response (it is never high
-        # when `rsp_free` is low). The response registers and the read ports' enables see
-        # `rsp_free`, a LUT of flip-flops (ECP5: the loop through `req.ready` had 2 ns hops).
+        # request's ready. It takes a request offered (`req.valid`) for one taken, so the
+        # handshake is not in its own input: it is `rsp_free` except for a cycle after a
+        # write request waited behind the write stage while the ready-break held a response
+        # (it is never high when `rsp_free` is low). The response registers and the read
+        # ports' enables see `rsp_free`, a LUT of flip-flops (ECP5: the loop through
+        # `req.ready` had 2 ns hops).
         req_go = Signal()
         rsp_free_arb = Signal(init=1)
         valid_n = Signal()      # the response register's next `valid`, or more
         m.d.comb += valid_n.eq((req.valid & rsp_free_arb) | (rsp.valid & ~rsp.ready))
         m.d.sync += rsp_free_arb.eq(~valid_n | rsp_break.ready_next)
-        mgmt_wants = Signal()   # an in-range management write that could go this cycle
-        m.d.comb += mgmt_wants.eq(req.valid & req.payload.write & req_ok & rsp_free_arb)
-        prio_tx = Signal()      # 1: management has priority over tx_upd
-        prio_una = Signal()     # 1: management has priority over una_upd
-        mgmt_wr_go = Signal()
-        m.d.comb += mgmt_wr_go.eq(mgmt_wants & (~tx.valid | prio_tx) & (~una.valid | prio_una))
 
+        # The write stage: a management write is written the cycle after its transfer, from
+        # the registers that hold the request for its response (its QP and row), and has the
+        # write ports to itself then: `tx_upd` and `una_upd` are not ready, and no management
+        # request is taken (so a management read needs no patch for it, and the internal
+        # writers wait at most that one cycle). Every write port input is then a flip-flop or
+        # one LUT of flip-flops and the writers' ports (ECP5: the arbitration had reached every
+        # distributed-RAM slice's write address through up to 3.8 ns of routing).
+        wq = Signal(name="mgmt_wq")                     # the stage holds a write this cycle
+        wq_qp = rsp.payload.qp
+        wq_ctx = Signal(QP_CONTEXT, name="mgmt_req_ctx")
         m.d.comb += [
-            req.ready.eq(rsp_free_arb & (~(req.payload.write & req_ok) | mgmt_wr_go)),
+            req.ready.eq(rsp_free_arb & ~wq),
             req_go.eq(req.valid & req.ready),
-            tx.ready.eq(~mgmt_wr_go),
-            una.ready.eq(~mgmt_wr_go),
+            tx.ready.eq(~wq),
+            una.ready.eq(~wq),
         ]
+        # (out-of-range writes write nothing)
+        m.d.sync += wq.eq(req_go & req.payload.write & req_ok)
         tx_go = Signal()
         una_go = Signal()
         m.d.comb += [
             tx_go.eq(tx.valid & tx.ready),
             una_go.eq(una.valid & una.ready),
         ]
-        with m.If(mgmt_wr_go):
-            m.d.sync += [prio_tx.eq(0), prio_una.eq(0)]
-        with m.If(tx_go):
-            m.d.sync += prio_tx.eq(1)
-        with m.If(una_go):
-            m.d.sync += prio_una.eq(1)
 
         dropped = Signal(16)
         n_drop = Signal(2)
@@ -347,32 +349,25 @@ class QPStateTable(wiring.Component):
         m.d.comb += self.upd_dropped.eq(dropped)
 
         # --- write ports --------------------------------------------------------------------
-        ctx = req.payload.ctx
+        # (an internal writer's address and data are selected by its own transfer, the write
+        # stage's otherwise: where an internal writer is tied off they are the stage's wires)
         m.d.comb += [
-            wr["cfg"].addr.eq(req.payload.qp),
-            wr["cfg"].en.eq(mgmt_wr_go),
+            wr["cfg"].addr.eq(wq_qp),
+            wr["cfg"].en.eq(wq),
         ]
         for name, _ in _CFG:
-            m.d.comb += wr["cfg"].data[name].eq(ctx[name])
-
-        with m.If(mgmt_wr_go):
-            m.d.comb += [
-                wr["psn"].addr.eq(req.payload.qp), wr["psn"].data.eq(ctx.next_psn),
-                wr["psn"].en.eq(1),
-                wr["state"].addr.eq(req.payload.qp), wr["state"].data.eq(ctx.state),
-                wr["state"].en.eq(1),
-                wr["una"].addr.eq(req.payload.qp), wr["una"].data.eq(ctx.una_psn),
-                wr["una"].en.eq(1),
-            ]
-        with m.Else():
-            m.d.comb += [
-                wr["psn"].addr.eq(tx.payload.qp), wr["psn"].data.eq(tx.payload.next_psn),
-                wr["psn"].en.eq(tx_go & tx_ok & tx.payload.psn_we),
-                wr["state"].addr.eq(tx.payload.qp), wr["state"].data.eq(tx.payload.state),
-                wr["state"].en.eq(tx_go & tx_ok & tx.payload.state_we),
-                wr["una"].addr.eq(una.payload.qp), wr["una"].data.eq(una.payload.una_psn),
-                wr["una"].en.eq(una_go & una_ok),
-            ]
+            m.d.comb += wr["cfg"].data[name].eq(wq_ctx[name])
+        m.d.comb += [
+            wr["psn"].addr.eq(Mux(tx_go, tx.payload.qp, wq_qp)),
+            wr["psn"].data.eq(Mux(tx_go, tx.payload.next_psn, wq_ctx.next_psn)),
+            wr["psn"].en.eq(wq | (tx_go & tx_ok & tx.payload.psn_we)),
+            wr["state"].addr.eq(Mux(tx_go, tx.payload.qp, wq_qp)),
+            wr["state"].data.eq(Mux(tx_go, tx.payload.state, wq_ctx.state)),
+            wr["state"].en.eq(wq | (tx_go & tx_ok & tx.payload.state_we)),
+            wr["una"].addr.eq(Mux(una_go, una.payload.qp, wq_qp)),
+            wr["una"].data.eq(Mux(una_go, una.payload.una_psn, wq_ctx.una_psn)),
+            wr["una"].en.eq(wq | (una_go & una_ok)),
+        ]
 
         # --- tx_rd --------------------------------------------------------------------------
         trd_ok = self._in_range(m, "tx_rd_in_range", self.tx_rd.addr)
@@ -400,27 +395,30 @@ class QPStateTable(wiring.Component):
                 rsp.payload.write.eq(req.payload.write),
                 rsp.payload.error.eq(~req_ok),
                 rsp_ok_q.eq(req_ok),
+                wq_ctx.eq(req.payload.ctx),
             ]
-        patched = self._patch(m, mrd, rsp_free, req, tx, tx_ok, una, una_ok)
+        patched = self._patch(m, mrd, rsp_free, req, wq_ctx, (tx, tx_go & tx_ok),
+                              (una, una_go & una_ok))
         self._gather(m, rsp.payload.ctx, patched, None if self._all_valid else rsp_ok_q)
         return m
 
     @staticmethod
-    def _patch(m, mrd, en, req, tx, tx_ok, una, una_ok):
+    def _patch(m, mrd, en, req, req_ctx, tx_w, una_w):
         """The management read data with the writes of its own cycle applied (the transparency
-        of the read), from registers loaded with the read ports (enable ``en``). What was
-        written is decided from the ports, not the arbitration: a write request is taken only
-        when it wins (its own row is then what was written), and a read request never competes,
-        so ``tx_upd``/``una_upd`` write in its cycle exactly when they are valid (and in range).
-        Returns ``{memory: data}``."""
+        of the read), from registers loaded with the read ports (enable ``en``). A write
+        request's response is its own row (``req_ctx``: the request's row, registered with
+        enable ``en``); otherwise the writes of the read's cycle are ``tx_upd``'s and
+        ``una_upd``'s (``tx_w``/``una_w``: the stream, and "it writes this cycle"). Returns
+        ``{memory: data}``."""
+        tx, tx_we = tx_w
+        una, una_we = una_w
         echo = Signal(name="mrd_echo")                 # the request is a write: its own row
-        echo_ctx = Signal(QP_CONTEXT, name="mrd_echo_ctx")
         tx_hit = Signal(name="mrd_tx_hit")             # tx_upd wrote the row read
         una_hit = Signal(name="mrd_una_hit")
         same_tx = Signal()
         same_una = Signal()
-        m.d.comb += [same_tx.eq(tx.valid & tx_ok & (tx.payload.qp == req.payload.qp)),
-                     same_una.eq(una.valid & una_ok & (una.payload.qp == req.payload.qp))]
+        m.d.comb += [same_tx.eq(tx_we & (tx.payload.qp == req.payload.qp)),
+                     same_una.eq(una_we & (una.payload.qp == req.payload.qp))]
         tx_psn_we = Signal(name="mrd_tx_psn_we")
         tx_state_we = Signal(name="mrd_tx_state_we")
         tx_psn = Signal(24, name="mrd_tx_psn")
@@ -428,7 +426,7 @@ class QPStateTable(wiring.Component):
         una_psn = Signal(24, name="mrd_una_psn")
         with m.If(en):
             m.d.sync += [
-                echo.eq(req.payload.write), echo_ctx.eq(req.payload.ctx),
+                echo.eq(req.payload.write),
                 tx_hit.eq(same_tx), tx_psn_we.eq(tx.payload.psn_we),
                 tx_state_we.eq(tx.payload.state_we),
                 tx_psn.eq(tx.payload.next_psn), tx_state.eq(tx.payload.state),
@@ -439,13 +437,13 @@ class QPStateTable(wiring.Component):
                "state": Signal.like(mrd["state"].data, name="mrd_state"),
                "una": Signal(24, name="mrd_una")}
         for name, _ in _CFG:
-            m.d.comb += out["cfg"][name].eq(Mux(echo, echo_ctx[name], mrd["cfg"].data[name]))
+            m.d.comb += out["cfg"][name].eq(Mux(echo, req_ctx[name], mrd["cfg"].data[name]))
         m.d.comb += [
-            out["psn"].eq(Mux(echo, echo_ctx.next_psn,
+            out["psn"].eq(Mux(echo, req_ctx.next_psn,
                               Mux(tx_hit & tx_psn_we, tx_psn, mrd["psn"].data))),
-            out["state"].eq(Mux(echo, echo_ctx.state,
+            out["state"].eq(Mux(echo, req_ctx.state,
                                 Mux(tx_hit & tx_state_we, tx_state, mrd["state"].data))),
-            out["una"].eq(Mux(echo, echo_ctx.una_psn, Mux(una_hit, una_psn, mrd["una"].data))),
+            out["una"].eq(Mux(echo, req_ctx.una_psn, Mux(una_hit, una_psn, mrd["una"].data))),
         ]
         return out
 

@@ -13,7 +13,8 @@ class QPStateModel:
     """Transaction-level model of ``QPStateTable``: every row starts all-zero (state RESET).
 
     Within one clock cycle the hardware's management port reads after that cycle's writes
-    (transparent) and its ``tx_rd`` port before them.
+    (transparent) and its ``tx_rd`` port before them; a management write reaches ``tx_rd`` a
+    cycle later than an update (the hardware's write stage).
 
     Parameters
     ----------
