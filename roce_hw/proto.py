@@ -18,13 +18,15 @@ import enum
 
 __all__ = [
     "Header",
-    "ETH", "VLAN_TAG", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH", "DETH",
+    "ETH", "VLAN_TAG", "split_l2", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH",
+    "DETH",
     "CNP_PAD", "CM_DATAGRAM", "ARP", "ARP_PAD", "ArpOper",
     "Opcode", "Transport", "OPCODE_HEADERS", "opcode_headers",
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "QP_CONTEXT_FIELDS", "WcStatus", "WrOpcode", "WR_OPCODE_SEQUENCE", "CmReq", "CmAck",
+    "QPState", "QP_CONTEXT_FIELDS", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
+    "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
@@ -168,6 +170,27 @@ ARP_PAD = Header("ARP_PAD", [("reserved", 18 * 8)])
 #: IEEE 802.1Q tag (4 bytes) as it appears after the source MAC: TPID, PCP, DEI, VID.
 VLAN_TAG = Header("VLAN_TAG", [("tpid", 16), ("pcp", 3), ("dei", 1), ("vid", 12)],
                   defaults={"tpid": ETHERTYPE_VLAN})
+
+
+def split_l2(frame):
+    """``(ethertype, tag, l3_offset)`` of an Ethernet ``frame`` with at most one 802.1Q tag:
+    the ethertype after the tag, the tag's fields without ``tpid`` (``None`` untagged), and
+    the offset of the L3 header. Raises ``ValueError`` if the frame ends inside the Ethernet
+    header or the tag."""
+    if len(frame) < ETH.size:
+        raise ValueError(f"frame of {len(frame)} bytes is shorter than an Ethernet header")
+    # a tag's TPID sits where the ethertype would be; the real ethertype follows the tag
+    at = ETH.offset("ethertype")[0]
+    nbytes = ETH.width("ethertype") // 8
+    ethertype = int.from_bytes(frame[at:at + nbytes], "big")
+    if ethertype != ETHERTYPE_VLAN:
+        return ethertype, None, ETH.size
+    if len(frame) < ETH.size + VLAN_TAG.size:
+        raise ValueError(f"frame of {len(frame)} bytes is truncated inside the 802.1Q tag")
+    tag = VLAN_TAG.unpack(frame, at)
+    del tag["tpid"]
+    at += VLAN_TAG.size
+    return int.from_bytes(frame[at:at + nbytes], "big"), tag, at + nbytes
 
 #: IPv4 header without options (RFC 791), 20 bytes. RoCEv2 senders set DF and never fragment.
 IPV4 = Header("IPV4", [

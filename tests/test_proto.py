@@ -403,3 +403,17 @@ def test_cm_datagram_example():
     assert (f["loc_base_addr"], f["loc_ip"], f["reply_port"]) == (0xDEAD0000, 0xC0A80218, 0x4322)
     assert (f["tx_valid"], f["tx_start"], f["tx_type"], f["tx_dma_length"], f["tx_n_transfers"]) \
         == (1, 1, 1, 4096, 10)
+
+
+def test_split_l2_against_scapy():
+    """The ethertype, tag and L3 offset of untagged and tagged frames, as scapy builds them;
+    a frame that ends in the Ethernet header or in the tag is an error."""
+    plain = bytes(Ether(dst="02:00:00:00:00:02", src="02:00:00:00:00:01", type=0x0800) / b"x")
+    tagged = bytes(Ether(dst="02:00:00:00:00:02", src="02:00:00:00:00:01") /
+                   Dot1Q(prio=5, dei=1, vlan=0x123, type=0x86DD) / b"x")
+    assert proto.split_l2(plain) == (0x0800, None, 14)
+    assert proto.split_l2(tagged) == (0x86DD, {"pcp": 5, "dei": 1, "vid": 0x123}, 18)
+    with pytest.raises(ValueError, match="shorter than an Ethernet header"):
+        proto.split_l2(plain[:13])
+    with pytest.raises(ValueError, match="inside the 802.1Q tag"):
+        proto.split_l2(tagged[:17])

@@ -71,17 +71,7 @@ def frame_l3(frame):
         if len(frame) < n:
             raise ValueError(f"frame of {len(frame)} bytes is truncated inside the {where}")
 
-    need(proto.ETH.size, "Ethernet header")
-    # (a tag's TPID sits where the ethertype would be; the real ethertype follows the tag)
-    et_at = proto.ETH.offset("ethertype")[0]
-    et_bytes = proto.ETH.width("ethertype") // 8
-    ethertype = int.from_bytes(frame[et_at:et_at + et_bytes], "big")
-    off = proto.ETH.size
-    if ethertype == proto.ETHERTYPE_VLAN:
-        need(et_at + proto.VLAN_TAG.size + et_bytes, "802.1Q tag")
-        et_at += proto.VLAN_TAG.size
-        ethertype = int.from_bytes(frame[et_at:et_at + et_bytes], "big")
-        off = et_at + et_bytes
+    ethertype, _, off = proto.split_l2(frame)
     if ethertype == proto.ETHERTYPE_IPV4:
         need(off + proto.IPV4.size, "IPv4 header")
         ip = proto.IPV4.unpack(frame, off)

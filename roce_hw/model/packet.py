@@ -312,22 +312,8 @@ def parse_frame(frame):
         (too short, inconsistent lengths, unknown opcode, PadCnt larger than the payload).
     """
     frame = bytes(frame)
-    if len(frame) < proto.ETH.size:
-        raise ValueError(f"frame of {len(frame)} bytes is shorter than an Ethernet header")
+    ethertype, vlan, off = proto.split_l2(frame)
     eth = proto.ETH.unpack(frame)
-    off = proto.ETH.size
-    vlan = None
-    ethertype = eth["ethertype"]
-    if ethertype == proto.ETHERTYPE_VLAN:
-        if len(frame) < off + proto.VLAN_TAG.size:
-            raise ValueError("frame truncated inside the 802.1Q tag")
-        # the tag's TPID is the ETH ethertype; its TCI and the inner ethertype follow
-        at = proto.ETH.offset("ethertype")[0]
-        vlan = proto.VLAN_TAG.unpack(frame, at)
-        at += proto.VLAN_TAG.size
-        ethertype = int.from_bytes(frame[at:at + proto.ETH.width("ethertype") // 8], "big")
-        off = at + proto.ETH.width("ethertype") // 8
-        del vlan["tpid"]
     ip_options = b""
     if ethertype == proto.ETHERTYPE_IPV4:
         ip_version = 4
