@@ -328,7 +328,16 @@ _CTX_BITS = dict(proto.QP_CONTEXT_FIELDS)
 _QP_BITS = {"index": (MAX_N_QP - 1).bit_length(), "start_psn": _CTX_BITS["next_psn"],
             **{k: _CTX_BITS[k] for k in ("remote_qpn", "remote_mac", "remote_ip", "udp_sport",
                                          "dscp", "ecn", "p_key", "migreq")}}
-_WR_BITS = {"remote_addr": 64, "r_key": 32, "imm": 32}
+
+
+def _wr_bits():
+    """The WR fields' widths, from :func:`roce_hw.verbs.wr_layout` (imported here: reading a
+    scenario needs no Amaranth otherwise)."""
+    from amaranth import Shape
+
+    from roce_hw.verbs import wr_layout
+    return {name: Shape.cast(f.shape).width for name, f in wr_layout(EngineConfig(data_width=64))
+            if name in ("remote_addr", "r_key", "imm")}
 
 
 def _check_bits(what, obj, widths):
@@ -418,11 +427,12 @@ def load_scenario(path):
         proto.pmtu_code(q.pmtu)
         _check_bits(f"scenario {path}: QP {q.index}", q, _QP_BITS)
     known = {q.index for q in qps}
+    wr_bits = _wr_bits()
     for n, w in enumerate(wrs):
         if w.qp not in known:
             raise ValueError(f"scenario {path}: WR {n} names QP {w.qp}, which is not among the "
                              f"scenario's QPs {sorted(known)}")
-        _check_bits(f"scenario {path}: WR {n}", w, _WR_BITS)
+        _check_bits(f"scenario {path}: WR {n}", w, wr_bits)
     return settings, qps, wrs
 
 

@@ -42,7 +42,7 @@ def _requests(rng, rows, count):
     """``(port, payload)`` requests: mostly valid, some refused for each reason."""
     out = []
     for k in range(count):
-        qp = rng.choice([0, 0, 3, 3, 1, 2, 0 if len(rows) < 5 else 4])
+        qp = rng.choice([0, 0, 3, 3, 1, 2, 0])            # (rows 1 and 2 refuse)
         row = rows[qp]
         pmtu = proto.PMTU_BYTES.get(row["pmtu"], 256)
         op = rng.choice(_OPS + (_OPS[0], WrOpcode.RDMA_READ) if k % 5 == 4 else _OPS)
