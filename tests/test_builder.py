@@ -112,13 +112,7 @@ def run_builder(width, frames, seed, *, p_idle, p_stall):
                     used = beat["keep"].bit_length()
                     junk = rng_i.getrandbits(8 * (n - used)) if n > used else 0
                     beat = dict(beat, data=beat["data"] | junk << 8 * used, abort=abort)
-                while rng_i.random() < p_idle:
-                    ctx.set(dut.i.valid, 0)
-                    await ctx.tick()
-                ctx.set(dut.i.payload, beat)
-                ctx.set(dut.i.valid, 1)
-                await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+                await stream_put(ctx, dut.i, beat, rng=rng_i, p_idle=p_idle)
 
     async def o_tb(ctx):
         data, index = bytearray(), 0
