@@ -73,7 +73,8 @@ def _traffic(*args):
     ("rdma_write_bw.pcap", "write", (0x06, 0x07, 0x08)),
     ("rdma_send_bw.pcap", "send", (0x00, 0x01, 0x02)),
 ])
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, 512] + [pytest.param(w, marks=pytest.mark.slow)
+                                                 for w in (128, 256, 1024)])
 def test_scenario_reproduces_captured_message(golden_dir, tmp_path, capture, opcode, ops, width):
     frames = _rocev2_requests(golden_dir / capture, ops)[:3]
     assert [proto.BTH.unpack(f, 42)["opcode"] for f in frames] == list(ops)
