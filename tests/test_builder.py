@@ -81,8 +81,9 @@ def random_frame(rng, v, length, abort):
 
 
 def frame_set(rng, width, count):
-    """``count`` frames: every variant, payload lengths 0 .. 3 beats + 1 (and the lengths that
-    end a frame at each lane of a beat), a quarter of the payload frames aborted."""
+    """``count`` frames (``count`` >= 7) of random variants: payloads of 0, 1, 4, a beat - 1, a
+    beat, a beat + 1 and 3 beats + 1 bytes, the others of random lengths up to 3 beats + 1; a
+    quarter of the payload frames aborted."""
     n = width // 8
     lengths = [0, 1, 4, n - 1, n, n + 1, 3 * n + 1] + [rng.randrange(0, 3 * n + 2)
                                                        for _ in range(count)]
