@@ -3,7 +3,8 @@
 
 from dataclasses import dataclass
 
-__all__ = ["DATA_WIDTHS", "MAX_N_QP", "check_data_width", "check_config", "EngineConfig"]
+__all__ = ["DATA_WIDTHS", "MAX_N_QP", "check_data_width", "check_n_qp", "check_config",
+           "EngineConfig"]
 
 #: The datapath widths the generator supports, in bits.
 DATA_WIDTHS = (64, 128, 256, 512, 1024)
@@ -19,6 +20,14 @@ def check_data_width(data_width):
         raise ValueError(f"data width {data_width} is not supported; choose one of "
                          + ", ".join(str(w) for w in DATA_WIDTHS) + " bits")
     return data_width
+
+
+def check_n_qp(n_qp):
+    """Return ``n_qp``, a number of queue pairs; raise ``ValueError`` unless it is an integer
+    from 1 to :data:`MAX_N_QP`."""
+    if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= MAX_N_QP:
+        raise ValueError(f"n_qp must be an integer from 1 to {MAX_N_QP}, not {n_qp!r}")
+    return n_qp
 
 
 @dataclass(frozen=True)
@@ -58,9 +67,7 @@ class EngineConfig:
 
     def __post_init__(self):
         check_data_width(self.data_width)
-        if isinstance(self.n_qp, bool) or not isinstance(self.n_qp, int) or \
-                not 1 <= self.n_qp <= MAX_N_QP:
-            raise ValueError(f"n_qp must be an integer from 1 to {MAX_N_QP}, not {self.n_qp!r}")
+        check_n_qp(self.n_qp)
         if isinstance(self.ack_req_every, bool) or not isinstance(self.ack_req_every, int) or \
                 not 1 <= self.ack_req_every <= 1 << 16:
             raise ValueError(f"ack_req_every must be an integer from 1 to 65536, "

@@ -6,14 +6,12 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import proto
+from .config import check_n_qp
 from .lib.stream import ReadyBreak
 
-__all__ = ["QP_CONTEXT", "MAX_QPS", "qp_index_width", "local_qpn", "qp_index",
+__all__ = ["QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index",
            "mgmt_req_layout", "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout",
            "IndexSignature", "QPReadSignature", "QPStateTable"]
-
-#: Largest number of queue pairs a table can hold (``EngineConfig.n_qp`` has the same bound).
-MAX_QPS = 16384
 
 #: One QP context row: :data:`roce_hw.proto.QP_CONTEXT_FIELDS` as a ``data.StructLayout`` (the
 #: field meanings are documented there). The local QPN is not stored: it is :func:`local_qpn`
@@ -27,15 +25,9 @@ _CFG = data.StructLayout({name: field.shape for name, field in QP_CONTEXT
                           if name not in _SPLIT_FIELDS})
 
 
-def _check_n_qp(n_qp):
-    if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= MAX_QPS:
-        raise ValueError(f"n_qp must be an integer from 1 to {MAX_QPS}, not {n_qp!r}")
-    return n_qp
-
-
 def qp_index_width(n_qp):
     """Width in bits of a QP index for a table of ``n_qp`` queue pairs (at least 1)."""
-    _check_n_qp(n_qp)
+    check_n_qp(n_qp)
     return max(1, (n_qp - 1).bit_length())
 
 
@@ -216,7 +208,7 @@ class QPStateTable(wiring.Component):
     """
 
     def __init__(self, n_qp=16, *, init=None):
-        _check_n_qp(n_qp)
+        check_n_qp(n_qp)
         self._n_qp = n_qp
         self._idx_width = qp_index_width(n_qp)
         init = [] if init is None else [dict(row) for row in init]

@@ -118,6 +118,7 @@ txmeta changes any QP row or the generator.
 from dataclasses import dataclass
 
 from .. import proto
+from ..config import check_n_qp
 from ..host import datagram as dg
 from ..proto import CmAck, CmReq, QPState, WrOpcode
 from .generator import GenCommand, generator_payload
@@ -246,8 +247,7 @@ class CmModel:
     """
 
     def __init__(self, n_qp, *, local_mac, local_ip, cm_pmtu=int(proto.Pmtu.MTU_1024), ttl=64):
-        if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= 16384:
-            raise ValueError(f"n_qp must be an integer from 1 to 16384, not {n_qp!r}")
+        check_n_qp(n_qp)
         proto.pmtu_bytes(cm_pmtu)        # raises for a bad code
         self.n_qp = n_qp
         self.local_mac = int(local_mac)

@@ -2,6 +2,7 @@
 """Golden model of the QP/PSN state table: a dict of per-QP context rows (no Amaranth)."""
 
 from .. import proto
+from ..config import check_n_qp
 
 __all__ = ["CONTEXT_FIELDS", "QPStateModel"]
 
@@ -23,8 +24,7 @@ class QPStateModel:
     """
 
     def __init__(self, n_qp):
-        if isinstance(n_qp, bool) or not isinstance(n_qp, int) or not 1 <= n_qp <= 16384:
-            raise ValueError(f"n_qp must be an integer from 1 to 16384, not {n_qp!r}")
+        check_n_qp(n_qp)
         self.n_qp = n_qp
         self.rows = [self.zero_row() for _ in range(n_qp)]
         self.dropped = 0
