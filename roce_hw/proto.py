@@ -29,7 +29,7 @@ __all__ = [
     "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
-    "ICRC_BYTES", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
+    "ICRC_BYTES", "ICRC_MASKED_FIELDS", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
 ]
 
 
@@ -104,6 +104,13 @@ class Header:
         (see :func:`roce_hw.layouts.network_struct`).
         """
         return self._shift[field]
+
+    def mask(self, fields):
+        """Wire bytes of the header with the bits of ``fields`` set and every other bit 0."""
+        word = 0
+        for field in fields:
+            word |= ((1 << self._widths[field]) - 1) << self._shift[field]
+        return word.to_bytes(self.size, "big")
 
     def pack_int(self, values=None, **kwargs):
         """The header as a big-endian integer; unknown fields or out-of-range values raise."""
@@ -253,6 +260,11 @@ CM_DATAGRAM = Header("CM_DATAGRAM", [
 CM_DATAGRAM_BYTES = 64
 
 ICRC_BYTES = 4
+#: The iCRC-variant fields of each header the iCRC covers, taken as all 1s (PROTOCOL.md §2),
+#: by header name.
+ICRC_MASKED_FIELDS = {"IPV4": ("dscp", "ecn", "ttl", "checksum"),
+                      "IPV6": ("traffic_class", "flow_label", "hop_limit"),
+                      "UDP": ("checksum",), "BTH": ("fecn", "becn", "resv6")}
 PSN_BITS = 24
 PSN_MASK = (1 << PSN_BITS) - 1
 QPN_MASK = 0xFFFFFF

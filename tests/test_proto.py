@@ -272,6 +272,23 @@ def test_header_defaults():
     assert proto.VLAN_TAG.pack()[:2] == b"\x81\x00"
 
 
+def test_header_mask():
+    """``Header.mask`` sets exactly the fields' bits (IPv4 and BTH byte positions of RFC 791 and
+    IBTA 9.2, typed here), and the iCRC-masked fields' masks are PROTOCOL.md §2's bytes."""
+    assert proto.IPV4.mask(["ttl"]) == bytes(8) + b"\xff" + bytes(11)
+    assert proto.IPV4.mask(["flag_df", "version"]) == b"\xf0" + bytes(5) + b"\x40" + bytes(13)
+    assert proto.BTH.mask(["pad_cnt", "ack_req"]) == b"\x00\x30" + bytes(6) + b"\x80" + bytes(3)
+    assert proto.BTH.mask([]) == bytes(12)
+    masked = {name: getattr(proto, name).mask(fields)
+              for name, fields in proto.ICRC_MASKED_FIELDS.items()}
+    assert masked["IPV4"] == b"\x00\xff" + bytes(6) + b"\xff\x00\xff\xff" + bytes(8)
+    assert masked["IPV6"] == b"\x0f\xff\xff\xff" + bytes(3) + b"\xff" + bytes(32)
+    assert masked["UDP"] == bytes(6) + b"\xff\xff"
+    assert masked["BTH"] == bytes(4) + b"\xff" + bytes(7)
+    with pytest.raises(KeyError):
+        proto.BTH.mask(["nonexistent"])
+
+
 # --- enums and tables --------------------------------------------------------------------------
 
 #: PROTOCOL.md §5.4 opcode table (typed from the document).

@@ -68,15 +68,6 @@ assert proto.ETH.size % 4 == _LAST_LANES_MOD4 and \
 _ETHERTYPE_OFF = proto.ETH.offset("ethertype")[0]                 # 12
 _INNER_ETHERTYPE_OFF = _ETHERTYPE_OFF + proto.VLAN_TAG.size       # 16
 
-#: Fields set to 1s for the iCRC (PROTOCOL.md §2), per header.
-_MASKED_FIELDS = {
-    4: (proto.IPV4, ("dscp", "ecn", "ttl", "checksum")),
-    6: (proto.IPV6, ("traffic_class", "flow_label", "hop_limit")),
-}
-_UDP_MASKED = ("checksum",)
-_BTH_MASKED = ("fecn", "becn", "resv6")
-
-
 def covered_start(vlan):
     """Frame offset of the first iCRC-covered byte (the IP header)."""
     return proto.ETH.size + (proto.VLAN_TAG.size if vlan else 0)
@@ -86,28 +77,15 @@ def _ip_header(ipv):
     return proto.IPV4 if ipv == 4 else proto.IPV6
 
 
-def _field_masks(header, fields, base):
-    """``{frame byte offset: bit mask}`` of ``fields`` of ``header`` placed at ``base``."""
-    out = {}
-    for f in fields:
-        byte, bit = header.offset(f)
-        for k in range(header.width(f)):
-            pos = byte * 8 + bit + k
-            off = base + pos // 8
-            out[off] = out.get(off, 0) | (0x80 >> (pos % 8))
-    return out
-
-
 def masked_bytes(vlan, ipv):
     """``{frame byte offset: mask}`` of the iCRC-variant bits of a frame variant."""
     e = covered_start(vlan)
     ip = _ip_header(ipv)
     res = {}
-    for hdr, fields, base in ((ip, _MASKED_FIELDS[ipv][1], e),
-                              (proto.UDP, _UDP_MASKED, e + ip.size),
-                              (proto.BTH, _BTH_MASKED, e + ip.size + proto.UDP.size)):
-        for off, mk in _field_masks(hdr, fields, base).items():
-            res[off] = res.get(off, 0) | mk
+    for hdr, base in ((ip, e), (proto.UDP, e + ip.size), (proto.BTH, e + ip.size + proto.UDP.size)):
+        for k, mk in enumerate(hdr.mask(proto.ICRC_MASKED_FIELDS[hdr.name])):
+            if mk:
+                res[base + k] = mk
     return res
 
 

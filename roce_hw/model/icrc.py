@@ -15,20 +15,6 @@ from .. import proto
 __all__ = ["masked_l3", "icrc", "icrc_bytes", "frame_l3", "frame_icrc_ok"]
 
 
-def _ones(b, base, header, field):
-    """Set ``field`` of the ``header`` at byte ``base`` of ``b`` to all 1s (offsets from
-    :mod:`roce_hw.proto`)."""
-    byte, bit = header.offset(field)
-    for k in range(byte * 8 + bit, byte * 8 + bit + header.width(field)):
-        b[base + k // 8] |= 0x80 >> (k % 8)
-
-
-#: The iCRC-variant fields of each header, set to 1s (PROTOCOL.md §2).
-_VARIANT = {"IPV4": ("dscp", "ecn", "ttl", "checksum"),
-            "IPV6": ("traffic_class", "flow_label", "hop_limit"),
-            "UDP": ("checksum",), "BTH": ("fecn", "becn", "resv6")}
-
-
 def masked_l3(l3):
     """``l3`` (IP header .. pad, without the iCRC) with the iCRC-variant fields set to 1s."""
     b = bytearray(l3)
@@ -46,8 +32,8 @@ def masked_l3(l3):
     if len(b) < ihl + proto.UDP.size + proto.BTH.size:
         raise ValueError(f"{len(b)} bytes is too short for IP/UDP/BTH headers")
     for header, base in ((ip, 0), (proto.UDP, ihl), (proto.BTH, ihl + proto.UDP.size)):
-        for field in _VARIANT[header.name]:
-            _ones(b, base, header, field)
+        for k, bits in enumerate(header.mask(proto.ICRC_MASKED_FIELDS[header.name])):
+            b[base + k] |= bits
     return bytes(b)
 
 
