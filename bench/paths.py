@@ -9,12 +9,13 @@ the way ``ltp -noff`` counts them after the FF, SRL, RAM and I/O-buffer cells ar
 points at the registers where it starts and ends.
 """
 
+import bisect
 import re
 import sys
 
 sys.setrecursionlimit(100000)
 
-__all__ = ["SEQUENTIAL", "path_report", "format_paths"]
+__all__ = ["SEQUENTIAL", "register_names", "path_report", "format_paths"]
 
 #: Cell types whose outputs start paths and whose inputs end them (Xilinx and ECP5 mapping).
 SEQUENTIAL = re.compile(r"^(FD\w*|SRL\w*|RAM\w*|URAM\w*|TRELLIS_FF|TRELLIS_DPR16X4|DP16KD|"
@@ -36,22 +37,116 @@ def _names(module):
     return {bit: label for bit, (_, label) in best.items()}
 
 
-def path_report(netlist, top=None):
-    """``[(depth, start, end, cells)]`` for every endpoint, deepest first (``cells``: the cell
-    types of the path, last first).
-
-    ``netlist`` is Yosys' ``write_json`` output (a dict); ``top`` the module (the only one
-    with cells, by default). ``start``/``end`` are net names: the register (or port) a deepest
-    path into the endpoint starts at, and the endpoint's register (its output net) or port.
-    """
+def _top_module(netlist, top=None):
+    """The module of a Yosys netlist to analyse: ``top``, else the one marked top, else the
+    one with the most cells."""
     mods = netlist["modules"]
     if top is None:
         marked = [k for k, v in mods.items() if str(v.get("attributes", {}).get("top", "0"))
                   .strip("0") != ""]
         tops = marked or [k for k, v in mods.items() if v.get("cells")]
         top = max(tops, key=lambda k: len(mods[k]["cells"]))
-    mod = mods[top]
+    return mods[top]
+
+
+#: The register a Verilog statement assigns: ``name <=`` or ``name[index] <=`` (plain or
+#: escaped identifier).
+_ASSIGNED = re.compile(r"(\\\S+|[A-Za-z_][\w$]*)\s*(?:\[[^\]]*\]\s*)*<=")
+
+
+def register_names(netlist, verilog, verilog_file, design, top=None):
+    """``{cell: "block.register"}``: where each sequential cell of a flattened Yosys netlist
+    was written in the design, for naming path ends.
+
+    Yosys names a flip-flop after one of the nets on its output, and after flattening that is
+    often a name the register has in *another* block (a port it drives, or a top-level wire):
+    the segmenter's descriptor register was reported as ``cmd__payload.last_msg``. The cell's
+    ``src`` attribute points at the statement of the emitted Verilog (``verilog``, read from
+    ``verilog_file``) that made it; the module around that statement is its block (Amaranth
+    names a submodule's module ``design.path``), the statement's target its register. Cells
+    whose ``src`` does not point there (registers Yosys rebuilt from memory read ports, RAM
+    slices) get their output net's name with the deepest block prefix (see
+    :func:`_deepest_alias`), else their cell name."""
+    mod = _top_module(netlist, top)
+    lines = verilog.splitlines()
+    starts, blocks = [], []
+    for k, text in enumerate(lines, 1):
+        mm = re.match(r"module \\?([^\s(]+)", text)
+        if mm:
+            starts.append(k)
+            name = mm.group(1)
+            blocks.append(name[len(design) + 1:] if name.startswith(design + ".") else "")
+    aliases = {}
+    for name, net in mod["netnames"].items():
+        if net.get("hide_name", 0) or name.startswith("$"):
+            continue
+        for bit in net["bits"]:
+            if not isinstance(bit, str):
+                aliases.setdefault(bit, []).append(name)
+    module_blocks = set(blocks)
+    src_re = re.compile(re.escape(verilog_file) + r":(\d+)\.\d+-(\d+)\.")
+    out = {}
+    for cname, cell in mod["cells"].items():
+        if not SEQUENTIAL.match(cell["type"]) or cell["type"] == "$scopeinfo":
+            continue
+        found = None
+        for loc in str(cell.get("attributes", {}).get("src", "")).split("|"):
+            mm = src_re.match(loc)
+            if not mm:
+                continue
+            first, last = int(mm.group(1)), int(mm.group(2))
+            for text in lines[first - 1:last]:
+                target = _ASSIGNED.search(text)
+                if target:
+                    k = bisect.bisect_right(starts, first) - 1
+                    block = blocks[k] if k >= 0 else ""
+                    reg = target.group(1).lstrip("\\")
+                    found = f"{block}.{reg}" if block else reg
+                    break
+            if found:
+                break
+        if found is None:
+            outs = [b for pin, bits in cell["connections"].items()
+                    if cell["port_directions"].get(pin) == "output" for b in bits
+                    if not isinstance(b, str)]
+            found = _deepest_alias(aliases.get(outs[0], []) if outs else [], module_blocks)
+        out[cname] = found or cname
+    return out
+
+
+def _deepest_alias(names, blocks):
+    """Of a net's ``names``, the one whose dotted prefix is the deepest block of ``blocks``
+    (the innermost block that names it; ties: the shortest name); None if there are none."""
+    def depth(name):
+        parts = name.split(".")
+        for k in range(len(parts) - 1, 0, -1):
+            if ".".join(parts[:k]) in blocks:
+                return k
+        return 0
+    return min(names, key=lambda n: (-depth(n), len(n), n)) if names else None
+
+
+def path_report(netlist, top=None, names_of=None):
+    """``[(depth, start, end, cells)]`` for every endpoint, deepest first (``cells``: the cell
+    types of the path, last first).
+
+    ``netlist`` is Yosys' ``write_json`` output (a dict); ``top`` the module (the only one
+    with cells, by default). ``start``/``end`` are net names: the register (or port) a deepest
+    path into the endpoint starts at, and the endpoint's register (its output net) or port;
+    with ``names_of`` (:func:`register_names`), a register is named by its cell's entry there
+    instead.
+    """
+    mod = _top_module(netlist, top)
     names = _names(mod)
+    if names_of:
+        # a register's output bits are named by where the register was written
+        for cname, cell in mod["cells"].items():
+            if cname in names_of:
+                for pin, bits in cell["connections"].items():
+                    if cell["port_directions"].get(pin) == "output":
+                        for b in bits:
+                            if not isinstance(b, str):
+                                names[b] = names_of[cname]
     driver = {}            # bit -> (cell name or None for a port/constant, comb?)
     for pname, port in mod["ports"].items():
         if port["direction"] == "input":

