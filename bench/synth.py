@@ -31,8 +31,9 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   the lowest seed's (every seed's reports are kept as ``DESIGN_W.pnr.sN.*``); ``ecp5_late_blocks``
   names the submodules that hold late registers, with the number of seeds at which each holds
   the latest one (:func:`late_blocks`). Registers are named by the block whose Verilog writes
-  them (:func:`bench.paths.register_names`), not by the net Yosys names the flip-flop after. Placement alone moves the figure by 10-20 % between
-  seeds, so a change is judged over several.
+  them (:func:`bench.paths.register_names`), not by the net Yosys names the flip-flop after.
+  Placement alone moves the figure by 10-20 % between seeds, so a change is judged over
+  several.
   ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router; the figures
   of record are without it.
 
