@@ -15,7 +15,7 @@ import sys
 
 sys.setrecursionlimit(100000)
 
-__all__ = ["SEQUENTIAL", "register_names", "path_report", "format_paths"]
+__all__ = ["SEQUENTIAL", "register_names", "innermost_block", "path_report", "format_paths"]
 
 #: Cell types whose outputs start paths and whose inputs end them (Xilinx and ECP5 mapping).
 SEQUENTIAL = re.compile(r"^(FD\w*|SRL\w*|RAM\w*|URAM\w*|TRELLIS_FF|TRELLIS_DPR16X4|DP16KD|"
@@ -114,15 +114,22 @@ def register_names(netlist, verilog, verilog_file, design, top=None):
     return out
 
 
+def innermost_block(name, blocks):
+    """The innermost of ``blocks`` (dotted submodule paths) that a dotted register ``name``
+    lies in, or None."""
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:k]) in blocks:
+            return ".".join(parts[:k])
+    return None
+
+
 def _deepest_alias(names, blocks):
-    """Of a net's ``names``, the one whose dotted prefix is the deepest block of ``blocks``
-    (the innermost block that names it; ties: the shortest name); None if there are none."""
+    """Of a net's ``names``, the one in the deepest block of ``blocks``
+    (:func:`innermost_block`; ties: the shortest name); None if there are none."""
     def depth(name):
-        parts = name.split(".")
-        for k in range(len(parts) - 1, 0, -1):
-            if ".".join(parts[:k]) in blocks:
-                return k
-        return 0
+        block = innermost_block(name, blocks)
+        return block.count(".") + 1 if block else 0
     return min(names, key=lambda n: (-depth(n), len(n), n)) if names else None
 
 

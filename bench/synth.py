@@ -58,7 +58,7 @@ from pathlib import Path
 
 from roce_hw.config import DATA_WIDTHS, check_data_width
 
-from .paths import format_paths, path_report, register_names
+from .paths import format_paths, innermost_block, path_report, register_names
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
            "parse_fmax", "late_endpoints", "late_blocks", "module_paths", "main"]
@@ -245,11 +245,7 @@ def module_paths(verilog, top):
 def register_block(register, blocks):
     """The innermost of ``blocks`` (:func:`module_paths`) that holds ``register`` (a name of
     :func:`late_endpoints`), or ``"(top)"``."""
-    parts = register.split(".")
-    for k in range(len(parts) - 1, 0, -1):
-        if ".".join(parts[:k]) in blocks:
-            return ".".join(parts[:k])
-    return "(top)"
+    return innermost_block(register, blocks) or "(top)"
 
 
 def late_blocks(lates, blocks):

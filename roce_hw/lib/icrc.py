@@ -68,6 +68,7 @@ assert proto.ETH.size % 4 == _LAST_LANES_MOD4 and \
 _ETHERTYPE_OFF = proto.ETH.offset("ethertype")[0]                 # 12
 _INNER_ETHERTYPE_OFF = _ETHERTYPE_OFF + proto.VLAN_TAG.size       # 16
 
+
 def covered_start(vlan):
     """Frame offset of the first iCRC-covered byte (the IP header)."""
     return proto.ETH.size + (proto.VLAN_TAG.size if vlan else 0)
