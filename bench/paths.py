@@ -7,6 +7,11 @@ path into it from a start point (a flip-flop, shift-register or RAM output, or a
 the way ``ltp -noff`` counts them after the FF, SRL, RAM and I/O-buffer cells are deleted
 (TOOLCHAIN.md trap 3): every other cell (LUT, CARRY, MUXF, INV...) is one level. So a regression
 points at the registers where it starts and ends.
+
+With ``weights`` it sums a weight per cell type instead (:data:`ECP5_LUT4_WEIGHTS`: *LUT4
+levels*, where the wide-function multiplexers and the carry chain count for little, since they
+sit in the LUT's slice or on dedicated wires and add no routing hop). Before placement this is
+the best predictor of the ECP5 Fmax found so far (docs/ecp5-timing.md, fourteenth round).
 """
 
 import bisect
@@ -15,11 +20,17 @@ import sys
 
 sys.setrecursionlimit(100000)
 
-__all__ = ["SEQUENTIAL", "register_names", "innermost_block", "path_report", "format_paths"]
+__all__ = ["SEQUENTIAL", "ECP5_LUT4_WEIGHTS", "register_names", "innermost_block",
+           "path_report", "format_paths"]
 
 #: Cell types whose outputs start paths and whose inputs end them (Xilinx and ECP5 mapping).
 SEQUENTIAL = re.compile(r"^(FD\w*|SRL\w*|RAM\w*|URAM\w*|TRELLIS_FF|TRELLIS_DPR16X4|DP16KD|"
                         r"PDPW16KD|IBUF|OBUF|BUFG\w*|\$scopeinfo)$")
+
+#: :func:`path_report` weights for ECP5 netlists (LUT4 levels): a LUT4 is a level with a routing
+#: hop in front of it; a PFUMX or L6MUX21 combines LUTs of its own slice (about a quarter of a
+#: LUT and its hop); a CCU2C (2 bits of carry chain) an eighth. Other cells weigh nothing.
+ECP5_LUT4_WEIGHTS = {"LUT4": 1.0, "PFUMX": 0.25, "L6MUX21": 0.25, "CCU2C": 0.125}
 
 
 def _names(module):
@@ -133,7 +144,7 @@ def _deepest_alias(names, blocks):
     return min(names, key=lambda n: (-depth(n), len(n), n)) if names else None
 
 
-def path_report(netlist, top=None, names_of=None):
+def path_report(netlist, top=None, names_of=None, weights=None, output_ports=True):
     """``[(depth, start, end, cells)]`` for every endpoint, deepest first (``cells``: the cell
     types of the path, last first).
 
@@ -141,7 +152,10 @@ def path_report(netlist, top=None, names_of=None):
     with cells, by default). ``start``/``end`` are net names: the register (or port) a deepest
     path into the endpoint starts at, and the endpoint's register (its output net) or port;
     with ``names_of`` (:func:`register_names`), a register is named by its cell's entry there
-    instead.
+    instead. With ``weights`` (``{cell type: weight}``, e.g. :data:`ECP5_LUT4_WEIGHTS`), a
+    path's depth is the sum of its cells' weights (0 for a type not listed), a float. With
+    ``output_ports=False`` only registers end paths (nextpnr's out-of-context Fmax times no
+    path into an output port).
     """
     mod = _top_module(netlist, top)
     names = _names(mod)
@@ -192,7 +206,8 @@ def path_report(netlist, top=None, names_of=None):
             if start is None or d > best:
                 best, start, via = d, s, driver.get(x)
         visiting.discard(c)
-        depth_of_cell[c], start_of_cell[c] = best + 1, start or "constant"
+        weight = 1 if weights is None else weights.get(mod["cells"][c]["type"], 0.0)
+        depth_of_cell[c], start_of_cell[c] = best + weight, start or "constant"
         prev_of_cell[c] = via
         return depth_of_cell[c], start_of_cell[c]
 
@@ -220,7 +235,7 @@ def path_report(netlist, top=None, names_of=None):
                 if d and (end not in report or d > report[end][0]):
                     report[end] = (d, s, driver.get(b))
     for pname, port in mod["ports"].items():
-        if port["direction"] == "output":
+        if output_ports and port["direction"] == "output":
             for i, b in enumerate(port["bits"]):
                 if isinstance(b, str):
                     continue
@@ -254,8 +269,9 @@ def format_paths(rows, limit=None, min_depth=0, verbose=False):
         key = (_base(s), _base(e))
         if key not in seen:
             seen[key] = (d, cells)
-    lines = [f"{d:3d}  {s} -> {e}" + (f"   [{cells}]" if verbose else "") for (s, e), (d, cells)
-             in sorted(seen.items(), key=lambda kv: -kv[1][0])]
+    lines = [(f"{d:3d}" if isinstance(d, int) else f"{d:5.2f}") + f"  {s} -> {e}"
+             + (f"   [{cells}]" if verbose else "")
+             for (s, e), (d, cells) in sorted(seen.items(), key=lambda kv: -kv[1][0])]
     return "\n".join(lines[:limit] if limit else lines)
 
 

