@@ -24,9 +24,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   number of registers at :data:`DEEP_LUT4_LEVELS` or more (registers only: nextpnr's
   out-of-context Fmax times no path into an output port); every
   register's, deepest first, is kept in ``DESIGN_W.ecp5.levels``. Unlike Fmax it does not
-  depend on the placement, and over eight TX-engine netlists it ranked their median Fmax
-  over 8-20 seeds (Spearman -0.92; docs/ecp5-timing.md, fourteenth round): a quick check of a
-  change before placing it;
+  depend on the placement. Over ten TX-engine netlists every one at 4.75 or more placed at a
+  lower median Fmax than any at 4.25 (docs/ecp5-timing.md, fourteenth round), but netlists at
+  4.25-4.50 spread over 147-157 MHz: a one-minute screen of a change before placing it, not a
+  forecast of its Fmax;
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
   the flip-flop and RAM inputs whose post-route arrival plus setup misses :data:`LATE_MHZ`,
