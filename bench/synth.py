@@ -19,12 +19,12 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   (:mod:`bench.paths`; the same count as Yosys ``ltp -noff`` after deleting those cells,
   TOOLCHAIN.md trap 3); ``xcup_path`` names the registers where that path starts and ends;
 * ``ecp5_lut``, ``ecp5_ff``, ``ecp5_levels``: ``synth_ecp5``, same method (LUT4 / TRELLIS_FF);
-  ``ecp5_lut4_levels``: the most *LUT4 levels* on a path (:data:`bench.paths.ECP5_LUT4_WEIGHTS`:
-  a LUT4 1, a PFUMX or L6MUX21 0.25, a carry-chain CCU2C 0.125), ``ecp5_deep_registers`` the
-  number of registers at :data:`DEEP_LUT4_LEVELS` or more (registers only: nextpnr's
-  out-of-context Fmax times no path into an output port); every
-  register's, deepest first, is kept in ``DESIGN_W.ecp5.levels``. Unlike Fmax it does not
-  depend on the placement. Over ten TX-engine netlists every one at 4.75 or more placed at a
+  ``ecp5_lut4_levels``: the most *LUT4 levels* on a path into a register
+  (:data:`bench.paths.ECP5_LUT4_WEIGHTS`: a LUT4 1, a PFUMX or L6MUX21 0.25, a carry-chain CCU2C
+  0.125; output ports are left out, since nextpnr's out-of-context Fmax times no path into
+  one), ``ecp5_deep_registers`` the number of registers at :data:`DEEP_LUT4_LEVELS` or more;
+  every register's, deepest first, is kept in ``DESIGN_W.ecp5.levels``. Unlike Fmax it does
+  not depend on the placement. Over ten TX-engine netlists every one at 4.75 or more placed at a
   lower median Fmax than any at 4.25 (docs/ecp5-timing.md, fourteenth round), but netlists at
   4.25-4.50 spread over 147-157 MHz: a one-minute screen of a change before placing it, not a
   forecast of its Fmax;
