@@ -24,10 +24,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   0.125; output ports are left out, since nextpnr's out-of-context Fmax times no path into
   one), ``ecp5_deep_registers`` the number of registers at :data:`DEEP_LUT4_LEVELS` or more;
   every register's, deepest first, is kept in ``DESIGN_W.ecp5.levels``. Unlike Fmax it does
-  not depend on the placement. Over ten TX-engine netlists every one at 4.75 or more placed at a
-  lower median Fmax than any at 4.25 (docs/ecp5-timing.md, fourteenth round), but netlists at
-  4.25-4.50 spread over 147-157 MHz: a one-minute screen of a change before placing it, not a
-  forecast of its Fmax;
+  not depend on the placement. Over eleven TX-engine netlists their median Fmax fell with it
+  on average (about 153 MHz at 4.25, 146 at 5.00), with a scatter of up to 5 MHz around that
+  (docs/ecp5-timing.md, fourteenth round): a one-minute look at a change before placing it,
+  not a forecast of its Fmax;
 * ``ecp5_fmax_mhz``: post-route Fmax of ``clk`` from ``nextpnr-ecp5 --85k --speed 6
   --out-of-context`` (``--no-pnr`` skips it); ``ecp5_late_inputs`` / ``ecp5_late_registers``:
   the flip-flop and RAM inputs whose post-route arrival plus setup misses :data:`LATE_MHZ`,
