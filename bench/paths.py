@@ -22,7 +22,7 @@ import sys
 sys.setrecursionlimit(100000)
 
 __all__ = ["SEQUENTIAL", "ECP5_LUT4_WEIGHTS", "register_names", "innermost_block",
-           "path_report", "format_paths"]
+           "path_report", "base_name", "format_paths"]
 
 #: Cell types whose outputs start paths and whose inputs end them (Xilinx and ECP5 mapping).
 SEQUENTIAL = re.compile(r"^(FD\w*|SRL\w*|RAM\w*|URAM\w*|TRELLIS_FF|TRELLIS_DPR16X4|DP16KD|"
@@ -257,7 +257,8 @@ def path_report(netlist, top=None, names_of=None, weights=None, output_ports=Tru
     return rows
 
 
-def _base(name):
+def base_name(name):
+    """``name`` without a trailing bit index (``"d[12]"`` -> ``"d"``)."""
     return re.sub(r"\[\d+\]$", "", name)
 
 
@@ -267,7 +268,7 @@ def format_paths(rows, limit=None, min_depth=0, verbose=False):
     for d, s, e, cells in rows:
         if d < min_depth:
             continue
-        key = (_base(s), _base(e))
+        key = (base_name(s), base_name(e))
         if key not in seen:
             seen[key] = (d, cells)
     lines = [(f"{d:3d}" if isinstance(d, int) else f"{d:5.2f}") + f"  {s} -> {e}"

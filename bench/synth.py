@@ -67,7 +67,7 @@ from pathlib import Path
 
 from roce_hw.config import DATA_WIDTHS, check_data_width
 
-from .paths import (ECP5_LUT4_WEIGHTS, format_paths, innermost_block, path_report,
+from .paths import (ECP5_LUT4_WEIGHTS, base_name, format_paths, innermost_block, path_report,
                     register_names)
 
 __all__ = ["DESIGNS", "GROUPS", "Design", "synthesize", "parse_stat", "parse_ltp",
@@ -394,8 +394,8 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
                          output_ports=False)
     (out / f"{top}.ecp5.levels").write_text(format_paths(levels, verbose=True) + "\n")
     row["ecp5_lut4_levels"] = levels[0][0] if levels else 0.0
-    row["ecp5_deep_registers"] = len({re.sub(r"\[\d+\]$", "", e)
-                                      for d, _, e, _ in levels if d >= DEEP_LUT4_LEVELS})
+    row["ecp5_deep_registers"] = len({base_name(e) for d, _, e, _ in levels
+                                      if d >= DEEP_LUT4_LEVELS})
     progress(f"[{top}] ecp5: {row['ecp5_lut']} LUT4, {row['ecp5_ff']} FF, "
              f"{row['ecp5_levels']} levels, {row['ecp5_lut4_levels']:.2f} LUT4 levels "
              f"({row['ecp5_deep_registers']} registers at {DEEP_LUT4_LEVELS} or more) "
