@@ -5,7 +5,7 @@ Usage (from the repository root)::
 
     python -m bench.synth DESIGN [DESIGN ...] --width W [W ...] [--json OUT] [--keep DIR]
                           [--no-pnr] [--freq MHZ] [--seed N [N ...]] [--jobs J]
-                          [--tmg-ripup]
+                          [--placer {heap,static}] [--tmg-ripup]
 
 ``DESIGN`` is a key of :data:`DESIGNS` (``crc``, ``icrc_inserter``, ``icrc_checker``,
 ``roce_tx``; the TX engine's blocks alone as it builds them: ``tx_builder``, ``tx_segmenter``,
@@ -43,8 +43,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   them (:func:`bench.paths.register_names`), not by the net Yosys names the flip-flop after.
   Placement alone moves the figure by 10-20 % between seeds, so a change is judged over
   several.
-  ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router; the figures
-  of record are without it.
+  ``--placer static`` places with nextpnr's static (electrostatic) placer instead of its default
+  ``heap``; ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router. The
+  figures of record use ``heap`` without rip-up (the TX engine's 64-bit netlist over seeds 1-20
+  measured the same distribution with either placer: docs/ecp5-timing.md, sixteenth round).
 
 The yowasp tools run in a WebAssembly sandbox that sees only the current directory, so every
 step runs inside the output folder with relative paths (TOOLCHAIN.md trap 7). ``--keep DIR``
@@ -192,6 +194,10 @@ def parse_ltp(text):
     return int(mt.group(1))
 
 
+#: nextpnr-ecp5's placers that ``--placer`` offers, and the one the figures of record use.
+PLACERS = ("heap", "static")
+DEFAULT_PLACER = "heap"
+
 #: Clock of the 10G MAC: the period below which ``late_endpoints`` reports flip-flop inputs.
 LATE_MHZ = 156.25
 
@@ -338,11 +344,13 @@ def _check_seeds(seed, jobs):
 
 
 def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, jobs=2,
-               tmg_ripup=False, progress=print):
+               placer=DEFAULT_PLACER, tmg_ripup=False, progress=print):
     """Benchmark design ``name`` at ``width`` inside ``out_dir``; returns a result dict.
     ``seed`` is one nextpnr seed or a list of them (placed and routed ``jobs`` at a time);
-    ``tmg_ripup`` adds nextpnr's ``--tmg-ripup``."""
+    ``placer`` is one of :data:`PLACERS`; ``tmg_ripup`` adds nextpnr's ``--tmg-ripup``."""
     seeds = _check_seeds(seed, jobs)
+    if placer not in PLACERS:
+        raise ValueError(f"unknown placer {placer!r}; choose from {', '.join(PLACERS)}")
     from roce_hw.generate import emit
 
     if name not in DESIGNS:
@@ -410,14 +418,15 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
             dt = _run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "6",
                        "--out-of-context", "--json", f"{top}.ecp5.json", "--freq", str(freq),
                        "--seed", str(s), "--timing-allow-fail", "--report", f"{stem}.json",
-                       "--detailed-timing-report"] + (["--tmg-ripup"] if tmg_ripup else []),
+                       "--detailed-timing-report", "--placer", placer]
+                      + (["--tmg-ripup"] if tmg_ripup else []),
                       out, f"{stem}.log")
             report = json.loads((out / f"{stem}.json").read_text())
             late = late_endpoints(report, period, ecp5_names)
             (out / f"{stem}.late").write_text(format_late(late) + "\n")
             fmax = round(parse_fmax(report), 1)
-            progress(f"[{top}] nextpnr-ecp5 (85k, speed 6{', --tmg-ripup' if tmg_ripup else ''})"
-                     f" seed {s}: {fmax} MHz ({dt:.0f} s)")
+            progress(f"[{top}] nextpnr-ecp5 (85k, speed 6, {placer} placer"
+                     f"{', --tmg-ripup' if tmg_ripup else ''}) seed {s}: {fmax} MHz ({dt:.0f} s)")
             return fmax, late
 
         with ThreadPoolExecutor(max_workers=min(jobs, len(seeds))) as pool:
@@ -425,6 +434,7 @@ def synthesize(name, width, out_dir, *, ecp5=True, pnr=True, freq=250, seed=1, j
         worst = min(seeds, key=lambda s: results[s][0])
         fmax, late = results[worst]
         row["ecp5_fmax_mhz"] = fmax
+        row["ecp5_placer"] = placer
         row["ecp5_tmg_ripup"] = bool(tmg_ripup)
         row["ecp5_fmax_by_seed"] = {s: results[s][0] for s in seeds}
         figures = [results[s][0] for s in seeds]
@@ -506,6 +516,8 @@ def main(argv=None):
                              "and every seed's is printed")
     parser.add_argument("--jobs", type=int, default=2, metavar="J",
                         help="nextpnr runs at a time with several seeds (2)")
+    parser.add_argument("--placer", choices=PLACERS, default=DEFAULT_PLACER,
+                        help=f"nextpnr's placer ({DEFAULT_PLACER})")
     parser.add_argument("--tmg-ripup", action="store_true",
                         help="nextpnr's timing-driven rip-up in the router (off: the figures "
                              "of record are without it)")
@@ -527,7 +539,7 @@ def main(argv=None):
                     rows.append(synthesize(d, w, out_dir, ecp5=not args.no_ecp5,
                                            pnr=not (args.no_pnr or args.no_ecp5), freq=args.freq,
                                            seed=args.seed, jobs=args.jobs,
-                                           tmg_ripup=args.tmg_ripup,
+                                           placer=args.placer, tmg_ripup=args.tmg_ripup,
                                            progress=lambda s: print(s, flush=True)))
                 except (RuntimeError, FileNotFoundError) as exc:
                     print(f"error: {d} at {w} bits: {exc}", file=sys.stderr)

