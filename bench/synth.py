@@ -45,8 +45,10 @@ data width or ``all``. For each design and width it prints, and with ``--json`` 
   several.
   ``--placer static`` places with nextpnr's static (electrostatic) placer instead of its default
   ``heap``; ``--tmg-ripup`` adds nextpnr's (experimental) timing-driven rip-up to the router. The
-  figures of record use ``heap`` without rip-up (the TX engine's 64-bit netlist over seeds 1-20
-  measured the same distribution with either placer: docs/ecp5-timing.md, sixteenth round).
+  figures of record use ``heap`` without rip-up. The TX engine's 64-bit netlist measured the same
+  distribution with either placer over seeds 1-20, and with ``--placer static --tmg-ripup`` a
+  median 5 MHz higher over seeds 1-40, the flow to close timing with (docs/ecp5-timing.md,
+  sixteenth round).
 
 The yowasp tools run in a WebAssembly sandbox that sees only the current directory, so every
 step runs inside the output folder with relative paths (TOOLCHAIN.md trap 7). ``--keep DIR``
