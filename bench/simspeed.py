@@ -25,7 +25,7 @@ def measure(width, cycles=4000, payload=1500):
     from amaranth.sim import Simulator
 
     from roce_hw.config import EngineConfig
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     from sim.stream import beats_of
     from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC
 

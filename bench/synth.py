@@ -108,7 +108,7 @@ def _checker(width):
 
 def _roce_tx(width):
     from roce_hw.config import EngineConfig
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     return TxEngine(EngineConfig(data_width=width))
 
 
@@ -120,7 +120,7 @@ def _tx_builder(width):
 
 def _tx_segmenter(width):
     from roce_hw.config import EngineConfig
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     from roce_hw.tx.segmenter import Segmenter
     cfg = EngineConfig(data_width=width)
     # (with the PSN look-up's registered key where the TX engine has it)
@@ -129,7 +129,7 @@ def _tx_segmenter(width):
 
 def _qp_table(width):
     from roce_hw.config import EngineConfig
-    from roce_hw.qp_state import QPStateTable
+    from roce_hw.ctrl.qp_table import QPStateTable
     return QPStateTable(EngineConfig(data_width=width).n_qp)
 
 
@@ -147,7 +147,7 @@ def _rx_front(width):
 
 def _cm(width):
     from roce_hw.config import EngineConfig
-    from roce_hw.rx.cm import CmResponder
+    from roce_hw.ctrl.cm import CmResponder
     return CmResponder(EngineConfig(data_width=width))
 
 

@@ -8,7 +8,7 @@ Public API (imported lazily, so that the pure-Python parts, :mod:`roce_hw.proto`
     generate(EngineConfig(data_width=512, n_qp=16), "build/roce_tx_512")   # roce_tx.v + ports
 
 * :class:`EngineConfig` (:mod:`roce_hw.config`) -- build parameters; :data:`DATA_WIDTHS`;
-* :class:`TxEngine` (:mod:`roce_hw.tx.engine`) -- the engine as an Amaranth component;
+* :class:`TxEngine` (:mod:`roce_hw.engine`) -- the TX engine (datapath and QP table) as an Amaranth component;
 * :class:`TxTop` (:mod:`roce_hw.top`) -- its flat-port Verilog top (``roce_tx``), optionally
   with the store-and-forward :class:`FrameFifo`;
 * :func:`generate`, :func:`lint`, :func:`verilog_text` (:mod:`roce_hw.generate`) -- write the
@@ -30,7 +30,7 @@ from .generate import generate, lint, verilog_text  # noqa: E402
 _LAZY = {
     "DATA_WIDTHS": ".config",
     "EngineConfig": ".config",
-    "TxEngine": ".tx.engine",
+    "TxEngine": ".engine",
     "TxTop": ".top",
     "FrameFifo": ".lib.frame_fifo",
 }

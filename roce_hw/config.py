@@ -48,7 +48,7 @@ class EngineConfig:
         IPv4 TTL of every transmitted frame (1 to 255; Linux and the golden captures use 64).
     ip_id_start : int
         Value of the IPv4 identification counter after reset (0 to 65535); the TX engine puts
-        it in its first frame and adds 1 per frame (see :class:`roce_hw.tx.engine.TxEngine`).
+        it in its first frame and adds 1 per frame (see :class:`roce_hw.engine.TxEngine`).
     rx_other : bool
         Received frames that are not for the engine (not RoCEv2/CM/ARP addressed to it) leave
         on the ``rx_other`` stream for the user's own network stack (True) or are dropped and

@@ -1,28 +1,94 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The whole RoCEv2 engine: TX datapath, RX front end, connection manager, ARP, traffic
-generator, sharing one MAC."""
+"""The engines, composed from the datapaths (:mod:`roce_hw.tx`, :mod:`roce_hw.rx`) and the
+control plane (:mod:`roce_hw.ctrl`): :class:`TxEngine` (the TX datapath and its QP table) and
+:class:`RoceEngine` (the whole engine: TX, RX front end, connection manager, ARP, traffic
+generator, sharing one MAC)."""
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import check_config
+from .ctrl.cm import CmResponder, cm_counters_layout
+from .ctrl.generator import TrafficGenerator
+from .ctrl.qp_table import QPStateTable
+from .ctrl.reply import ReplyBuilder
+from .ctrl.wrmux import WrMux
+from .layouts import mgmt_req_layout, mgmt_rsp_layout
 from .lib.arbiter import FrameArbiter
+from .lib.compose import connect_through
 from .lib.reqrsp import RequestArbiter
 from .lib.stream import PacketSignature, frame_layout
-from .qp_state import mgmt_req_layout, mgmt_rsp_layout
-from .rx.cm import CmResponder, cm_counters_layout
 from .rx.frontend import RxFrontEnd, rx_counters_layout
-from .tx.engine import TxEngine
-from .tx.generator import TrafficGenerator
-from .tx.reply import ReplyBuilder
-from .tx.wrmux import WrMux
+from .tx.path import TxPath
 from .verbs import resume_layout, status_layout, wr_layout
 
-__all__ = ["tx_counters_layout", "engine_counters_layout", "RoceEngine"]
+__all__ = ["TxEngine", "tx_counters_layout", "engine_counters_layout", "RoceEngine"]
+
+
+class TxEngine(wiring.Component):
+    """The RoCEv2 requester's transmitter: the TX datapath
+    (:class:`~roce_hw.tx.path.TxPath`, whose docstring states the behaviour, latency and
+    backpressure) with its QP table (:class:`~roce_hw.ctrl.qp_table.QPStateTable`). It is what
+    ``build.py --top tx`` emits (:class:`~roce_hw.top.TxTop`).
+
+    Members
+    -------
+    wr, resume, i, o, status, local_mac, local_ip, ip_id_load, frames, frames_aborted,
+    wrs_refused, status_dropped : as :class:`~roce_hw.tx.path.TxPath`'s
+    qp_mgmt_req : ``In(stream.Signature(mgmt_req_layout(n_qp)))``
+    qp_mgmt_rsp : ``Out(stream.Signature(mgmt_rsp_layout(n_qp)))``
+        Management port of the QP table (see :class:`~roce_hw.ctrl.qp_table.QPStateTable`):
+        one response per request, in order. A WR transferred after a management write's
+        response has been received sees the write.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not an :class:`~roce_hw.config.EngineConfig`.
+    """
+
+    def __init__(self, config):
+        self._config = check_config(config)
+        self._path = TxPath(config)
+        members = {name: member for name, member in self._path.signature.members.items()
+                   if name not in ("qp_rd", "qp_upd", "mgmt_write")}
+        members["qp_mgmt_req"] = In(stream.Signature(mgmt_req_layout(config.n_qp)))
+        members["qp_mgmt_rsp"] = Out(stream.Signature(mgmt_rsp_layout(config.n_qp)))
+        super().__init__(members)
+
+    @property
+    def config(self):
+        """The :class:`~roce_hw.config.EngineConfig` of this engine."""
+        return self._config
+
+    @property
+    def latency(self):
+        """Cycles from a WR transfer to the first beat of its first frame (engine idle):
+        :attr:`TxPath.latency <roce_hw.tx.path.TxPath.latency>`."""
+        return self._path.latency
+
+    payload_first_for = staticmethod(TxPath.payload_first_for)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.path = path = self._path
+        m.submodules.qp_table = table = QPStateTable(self._config.n_qp)
+        wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
+        wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
+        wiring.connect(m, path.qp_rd, table.tx_rd)
+        wiring.connect(m, path.qp_upd, table.tx_upd)
+        m.d.comb += [
+            table.una_upd.valid.eq(0),        # the reliability layer's
+            path.mgmt_write.valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
+                                     table.mgmt_req.payload.write),
+            path.mgmt_write.payload.qp.eq(table.mgmt_req.payload.qp),
+        ]
+        connect_through(m, self, path, exclude=("qp_mgmt_req", "qp_mgmt_rsp"))
+        return m
 
 
 def tx_counters_layout():
-    """The TX engine's counters (see :class:`~roce_hw.tx.engine.TxEngine`) and the generator's."""
+    """The TX engine's counters (see :class:`~roce_hw.engine.TxEngine`) and the generator's."""
     return data.StructLayout({"frames": 32, "frames_aborted": 32, "wrs_refused": 32,
                               "status_dropped": 16, "gen_sent": 32})
 
@@ -43,22 +109,22 @@ class RoceEngine(wiring.Component):
       ARP requests for ``local_ip``, CM datagrams (UDP 0x4321), RoCEv2 frames (UDP 4791, good
       iCRC) and the rest, which leaves untouched on ``rx_other`` (or is dropped and counted
       when ``config.rx_other`` is False).
-    * :class:`~roce_hw.rx.cm.CmResponder` serves the CM datagrams (PROTOCOL.md §7; the behaviour
+    * :class:`~roce_hw.ctrl.cm.CmResponder` serves the CM datagrams (PROTOCOL.md §7; the behaviour
       is :mod:`roce_hw.model.cm`'s) through the QP table's management port, which it shares
       with the user's ``qp_mgmt_req``/``qp_mgmt_rsp`` (:class:`~roce_hw.lib.reqrsp.RequestArbiter`,
       round robin, one request outstanding), and starts/stops the traffic generator.
-    * :class:`~roce_hw.tx.reply.ReplyBuilder` builds the ARP and CM reply frames.
-    * :class:`~roce_hw.tx.generator.TrafficGenerator` posts WRs and their payload on an RTS QP
-      when a txmeta datagram asks; :class:`~roce_hw.tx.wrmux.WrMux` merges them with the user's
+    * :class:`~roce_hw.ctrl.reply.ReplyBuilder` builds the ARP and CM reply frames.
+    * :class:`~roce_hw.ctrl.generator.TrafficGenerator` posts WRs and their payload on an RTS QP
+      when a txmeta datagram asks; :class:`~roce_hw.ctrl.wrmux.WrMux` merges them with the user's
       ``wr``/``i`` (round robin per WR).
-    * :class:`~roce_hw.tx.engine.TxEngine` sends; :class:`~roce_hw.lib.arbiter.FrameArbiter`
+    * :class:`~roce_hw.engine.TxEngine` sends; :class:`~roce_hw.lib.arbiter.FrameArbiter`
       merges its frames with the reply frames at frame boundaries onto ``tx`` (a reply delays a
       data frame by at most one reply frame, 60-106 bytes).
     * Received RoCEv2 frames (ACKs) are checked and counted; acting on them is the reliability
       issue's work.
 
     Latencies are those of the blocks: WR -> first beat on ``tx`` as
-    :attr:`TxEngine.latency <roce_hw.tx.engine.TxEngine.latency>` plus the WR mux and frame
+    :attr:`TxEngine.latency` plus the WR mux and frame
     arbiter stages; CM datagram -> reply some tens of cycles (OPEN_QP without a QP number
     about ``4 * n_qp`` more: it reads the table).
 
@@ -70,13 +136,13 @@ class RoceEngine(wiring.Component):
         Frames to the MAC: data, CM replies, ARP replies (``abort`` on a frame to discard).
     rx_other : ``Out(stream.Signature(frame_layout(W)))`` (``config.rx_other`` only)
         Received frames not for the engine, unchanged.
-    wr, resume, i, status : as :class:`~roce_hw.tx.engine.TxEngine`'s
+    wr, resume, i, status : as :class:`~roce_hw.engine.TxEngine`'s
         The user's work requests (merged with the generator's), resumes, payload, reports.
-    qp_mgmt_req, qp_mgmt_rsp : as :class:`~roce_hw.tx.engine.TxEngine`'s
+    qp_mgmt_req, qp_mgmt_rsp : as :class:`~roce_hw.engine.TxEngine`'s
         The user's management port of the QP table (shared with the CM).
     local_mac : ``In(48)``, local_ip : ``In(32)``
         The engine's addresses (static).
-    ip_id_load : as :class:`~roce_hw.tx.engine.TxEngine`'s
+    ip_id_load : as :class:`~roce_hw.engine.TxEngine`'s
     counters : ``Out(engine_counters_layout())``
     """
 

@@ -481,7 +481,7 @@ class QPState(enum.IntEnum):
 
 
 #: The QP context of the engine's QP table, ``(field, width in bits)``: declared once, used by the
-#: hardware (:data:`roce_hw.qp_state.QP_CONTEXT`), the models and the tools. ``state`` holds
+#: hardware (:data:`roce_hw.layouts.QP_CONTEXT`), the models and the tools. ``state`` holds
 #: :class:`QPState` values, ``pmtu`` a :class:`Pmtu` code (1..5); ``next_psn`` is the PSN of the
 #: next packet to send, ``una_psn`` the oldest unacknowledged PSN; ``remote_va``/``r_key``
 #: describe the peer's buffer; ``retry_cnt``, ``rnr_retry``, ``timeout`` (``ibv_qp_attr.timeout``
@@ -572,3 +572,66 @@ class CmAck(enum.IntEnum):
     NO_QP = 2
     NAK = 3
     ERROR = 7
+
+
+#: The sender's (``loc_*``) and the peer's (``rem_*``) fields of a CM datagram, in the same
+#: order: :func:`cm_swap` exchanges them pairwise.
+CM_LOC_FIELDS = ("loc_qpn", "loc_psn", "loc_r_key", "loc_base_addr", "loc_ip")
+CM_REM_FIELDS = ("rem_qpn", "rem_psn", "rem_r_key", "rem_base_addr", "rem_ip")
+
+
+def cm_swap(fields):
+    """A CM datagram's ``fields`` (a ``dict``) with loc_* and rem_* exchanged: what a reply
+    starts from."""
+    out = dict(fields)
+    for loc, rem in zip(CM_LOC_FIELDS, CM_REM_FIELDS):
+        out[loc], out[rem] = fields[rem], fields[loc]
+    return out
+
+
+#: The connection manager's counters (hardware :class:`roce_hw.ctrl.cm.CmResponder`, model
+#: :class:`roce_hw.model.cm.CmModel`, whose docstring has the rule behind each): ``ok`` counts
+#: requests obeyed, the others one reason of refusal each, in the order of the rules.
+CM_COUNTERS = ("ok", "bad_flags", "bad_txmeta", "bad_port", "bad_field", "bad_req", "bad_qpn",
+               "in_use", "bad_state", "not_owner", "no_qp", "busy")
+
+
+def generator_payload(n, length):
+    """Payload of the traffic generator's message ``n`` (what the host checks): ``length``
+    bytes, byte ``k`` = ``(k + n) & 0xFF``."""
+    pattern = bytes((k + n) & 0xFF for k in range(256))
+    reps, rest = divmod(length, 256)
+    return pattern * reps + pattern[:rest]
+
+
+# --- The RX front end's outcomes -------------------------------------------------------------
+
+#: The RX front end's counters (hardware :class:`roce_hw.rx.frontend.RxFrontEnd`, model
+#: :mod:`roce_hw.model.rx`): every frame is counted in ``rx_frames`` and in exactly one of the
+#: others. ``arp``/``cm``/``roce``: taken into that stream's queue; ``other``: put into the
+#: ``other`` frame FIFO; ``*_full``: of that kind but its queue was full; ``other_dropped``: not
+#: for the engine and not passed on (no ``other`` stream, or the frame did not fit in its FIFO).
+RX_COUNTERS = (
+    "rx_frames",
+    "arp", "cm", "roce", "other",
+    "mac_bad", "runt", "ip_header", "ip_fragment", "ip_checksum", "ip_length", "udp_length",
+    "roce_length", "icrc", "cm_length",
+    "arp_full", "cm_full", "roce_full", "other_dropped",
+)
+
+#: The Ethernet broadcast address (ARP requests), as an integer.
+BROADCAST_MAC = (1 << 48) - 1
+
+
+# --- Header lists ----------------------------------------------------------------------------
+
+def common_prefix(variants):
+    """The headers all ``variants`` (tuples of :class:`Header`) start with (longest common
+    prefix), as a tuple."""
+    prefix = []
+    for headers in zip(*variants):
+        if all(h is headers[0] for h in headers):
+            prefix.append(headers[0])
+        else:
+            break
+    return tuple(prefix)

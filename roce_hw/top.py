@@ -2,7 +2,7 @@
 """The Verilog top of the TX engine: flat AXI-Stream-style ports, optionally a frame FIFO.
 
 :class:`TxTop` is what ``python build.py`` emits as module ``roce_tx``: the
-:class:`~roce_hw.tx.engine.TxEngine` wrapped by :class:`~roce_hw.lib.flat.FlatTop`, its payload
+:class:`~roce_hw.engine.TxEngine` wrapped by :class:`~roce_hw.lib.flat.FlatTop`, its payload
 input named ``s_axis_payload_*`` and its frame output ``m_axis_tx_*`` (:data:`PORT_NAMES`).
 With ``no_underrun=True`` a store-and-forward :class:`~roce_hw.lib.frame_fifo.FrameFifo` sits
 between the engine and ``m_axis_tx``, so that a frame never pauses once started.
@@ -14,9 +14,10 @@ from amaranth.lib.wiring import In
 
 from . import proto
 from .config import EngineConfig
+from .engine import TxEngine
+from .lib.compose import connect_through
 from .lib.flat import FlatTop
 from .lib.frame_fifo import FrameFifo
-from .tx.engine import TxEngine
 
 __all__ = ["PORT_NAMES", "ENGINE_PORT_NAMES", "MAX_PMTU", "max_frame_bytes", "max_frame_beats",
            "TxTop", "EngineTop", "BufferedTxEngine"]
@@ -45,7 +46,7 @@ def max_frame_beats(config):
 
 
 class BufferedTxEngine(wiring.Component):
-    """A :class:`~roce_hw.tx.engine.TxEngine` whose ``o`` goes through a
+    """A :class:`~roce_hw.engine.TxEngine` whose ``o`` goes through a
     :class:`~roce_hw.lib.frame_fifo.FrameFifo`: the same members as the engine, every one wired
     straight through except ``o``. Latency WR -> first byte grows by the time to receive the
     whole frame plus 2 cycles (see :class:`~roce_hw.lib.frame_fifo.FrameFifo`)."""
@@ -69,16 +70,7 @@ class BufferedTxEngine(wiring.Component):
         m.submodules.fifo = fifo = self._fifo
         wiring.connect(m, engine.o, fifo.i)
         wiring.connect(m, fifo.o, wiring.flipped(self.o))
-        for name, member in self.signature.members.items():
-            if name == "o":
-                continue
-            if member.is_port:
-                if member.flow == In:
-                    m.d.comb += getattr(engine, name).eq(getattr(self, name))
-                else:
-                    m.d.comb += getattr(self, name).eq(getattr(engine, name))
-            else:
-                wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(engine, name))
+        connect_through(m, self, engine, exclude=("o",))
         return m
 
 

@@ -6,7 +6,7 @@ from amaranth.lib import data
 
 from .config import check_config
 from .proto import WcOpcode, WcStatus, WrOpcode
-from .qp_state import qp_index_width
+from .layouts import qp_index_width
 
 __all__ = ["WrOpcode", "WcStatus", "WcOpcode", "wr_layout", "resume_layout", "status_layout",
            "completion_layout", "gen_cmd_layout", "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
@@ -115,7 +115,7 @@ def completion_layout(config):
 
 
 def gen_cmd_layout(config):
-    """Payload of the traffic generator's command stream (:class:`roce_hw.tx.generator.
+    """Payload of the traffic generator's command stream (:class:`roce_hw.ctrl.generator.
     TrafficGenerator`; the connection manager's txmeta command, PROTOCOL.md §7).
 
     ==============  ==================  =========================================================

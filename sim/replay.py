@@ -312,7 +312,7 @@ class EngineSim:
         dut = self.dut
         n_qp = self.config.n_qp if self.config is not None else 1
         rows = []
-        from roce_hw.qp_state import QP_CONTEXT
+        from roce_hw.layouts import QP_CONTEXT
         for q in range(n_qp):
             ctx.set(dut.qp_mgmt_req.payload, {"qp": q, "write": 0})
             ctx.set(dut.qp_mgmt_req.valid, 1)

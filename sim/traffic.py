@@ -137,7 +137,7 @@ def qp_context(q):
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                 seed=0, p_wr_idle=0.0, p_payload_idle=0.0, p_stall=0.0,
                 max_cycles=None, wr_gap=0, progress=None):
-    """Simulate a :class:`~roce_hw.tx.engine.TxEngine` built from ``config``.
+    """Simulate a :class:`~roce_hw.engine.TxEngine` built from ``config``.
 
     The QPs are written through the management port first; then the WRs are posted (each
     ``wr_gap`` cycles apart at the earliest) while the payload producer and the frame consumer run
@@ -146,7 +146,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     ``progress``, if given, is called every :data:`PROGRESS_CYCLES` simulated cycles as
     ``progress(cycles, wrs_accepted, frames_sent)`` (e.g. :meth:`sim.harness.Progress.update`).
     """
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     from sim.harness import run_simulation
     from sim.stream import framing_error, send_packet
 

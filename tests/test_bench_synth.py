@@ -268,7 +268,7 @@ def test_block_designs_are_the_engines(width):
     Verilog."""
     from roce_hw.config import EngineConfig
     from roce_hw.generate import emit
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     cfg = EngineConfig(data_width=width)
     seg = synth.DESIGNS["tx_segmenter"].factory(width)
     assert seg._fwd_registered == (width == 64)          # the engine's registered look-up key

@@ -13,8 +13,9 @@ from roce_hw.config import EngineConfig
 from roce_hw.host import datagram
 from roce_hw.lib.reqrsp import RequestArbiter
 from roce_hw.model.cm import CmModel
-from roce_hw.qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
-from roce_hw.rx.cm import CM_COUNTERS, CmResponder
+from roce_hw.ctrl.qp_table import QPStateTable
+from roce_hw.layouts import mgmt_req_layout, mgmt_rsp_layout
+from roce_hw.ctrl.cm import CM_COUNTERS, CmResponder
 from sim.harness import run_simulation
 from sim.stream import stream_get, stream_put
 

@@ -173,7 +173,7 @@ def test_random_workload_slow(verilog, width, seed):
 def test_verilog_ports_are_the_flat_top_ports(verilog):
     """The testbench reads the port list from the .v; it is the FlatTop signature."""
     from roce_hw.lib.flat import FlatTop
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     config = _config(64)
     ports = cosim.verilog_ports(verilog(64).read_text())
     assert ports == cosim.amaranth_ports(FlatTop(TxEngine(config),

@@ -60,7 +60,7 @@ from roce_hw.model.icrc import frame_l3, icrc_bytes
 from roce_hw.model.packet import QPPath, build_ack_frame, build_cnp_frame, build_frame, \
     ipv4_checksum
 from roce_hw.model.rx import OUTCOMES, classify
-from roce_hw.rx.cm import CM_COUNTERS
+from roce_hw.ctrl.cm import CM_COUNTERS
 from sim.replay import EngineModel, struct_to_dict
 
 __all__ = []
@@ -695,7 +695,7 @@ class EngineHarness:
 
         async def read_table(name):
             rows = []
-            from roce_hw.qp_state import QP_CONTEXT
+            from roce_hw.layouts import QP_CONTEXT
             for q in range(self.cfg.n_qp):
                 ctx.set(dut.qp_mgmt_req.payload, {"qp": q, "write": 0})
                 ctx.set(dut.qp_mgmt_req.valid, 1)

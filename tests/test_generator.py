@@ -15,9 +15,9 @@ from roce_hw.generate import emit
 from roce_hw.model.generator import (ADDR_MASK, GenCommand, generator_messages,
                                      generator_payload, generator_wr)
 from roce_hw.model.requester import RequesterModel
-from roce_hw.tx.engine import TxEngine
-from roce_hw.tx.generator import TrafficGenerator, _AddressSequence
-from roce_hw.tx.wrmux import WrMux
+from roce_hw.engine import TxEngine
+from roce_hw.ctrl.generator import TrafficGenerator, _AddressSequence
+from roce_hw.ctrl.wrmux import WrMux
 from sim.harness import run_simulation
 from sim.stream import framing_error, send_packet, stream_put
 from sim.traffic import QPSetup, qp_context

@@ -20,7 +20,7 @@ from roce_hw.host import datagram as dg
 from roce_hw.host import verbs
 from roce_hw.host.__main__ import _verbs_alias, main
 from roce_hw.host.client import CmClient, NoReply
-from roce_hw.host.fake import FakeEngine
+from sim.fake_engine import FakeEngine
 from roce_hw.model.cm import GeneratorState, generator_messages
 from roce_hw.proto import CmAck, QPState
 

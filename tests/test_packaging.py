@@ -36,7 +36,7 @@ def test_package_discovery_is_limited_to_roce_hw():
     include = tool["packages"]["find"]["include"]
     found = sorted(find_packages(where=str(ROOT), include=include))
     assert found == _roce_hw_packages()
-    assert {"roce_hw", "roce_hw.lib", "roce_hw.tx", "roce_hw.rx", "roce_hw.rel",
+    assert {"roce_hw", "roce_hw.lib", "roce_hw.tx", "roce_hw.rx", "roce_hw.ctrl",
             "roce_hw.model"} <= set(found)
 
 
@@ -111,7 +111,7 @@ def test_public_api():
     from roce_hw.config import EngineConfig
     from roce_hw.generate import generate
     from roce_hw.top import TxTop
-    from roce_hw.tx.engine import TxEngine
+    from roce_hw.engine import TxEngine
     for name in roce_hw.__all__:
         assert getattr(roce_hw, name) is not None, name
     assert roce_hw.TxEngine is TxEngine and roce_hw.EngineConfig is EngineConfig

@@ -10,7 +10,7 @@ from collections import deque
 
 import pytest
 
-from roce_hw.qp_state import qp_index_width
+from roce_hw.layouts import qp_index_width
 from roce_hw.tx.psn import PsnForward
 from sim.harness import run_simulation
 

@@ -46,7 +46,7 @@ def test_readme_lists_the_whole_qp_context():
     """Every QP context field, with its width, is in the README (no "...")."""
     from amaranth import Shape
 
-    from roce_hw.qp_state import QP_CONTEXT
+    from roce_hw.layouts import QP_CONTEXT
     text = _readme()
     for name, fld in QP_CONTEXT:
         row = re.search(rf"^\| `ctx_{name}` \| (\d+) \|", text, re.M)

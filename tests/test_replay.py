@@ -246,7 +246,8 @@ def _loopback(width, n_qp):
     from amaranth.lib.wiring import In, Out
     from roce_hw.config import EngineConfig
     from roce_hw.lib.stream import frame_layout
-    from roce_hw.qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
+    from roce_hw.ctrl.qp_table import QPStateTable
+    from roce_hw.layouts import mgmt_req_layout, mgmt_rsp_layout
 
     counters = data.StructLayout({"rx": data.StructLayout({"frames": 32}),
                                   "tx": data.StructLayout({"frames": 16})})

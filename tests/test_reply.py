@@ -11,7 +11,7 @@ from roce_hw.config import EngineConfig
 from roce_hw.host import datagram
 from roce_hw.lib.reqrsp import RequestArbiter
 from roce_hw.model.cm import reply_frame
-from roce_hw.tx.reply import ReplyBuilder
+from roce_hw.ctrl.reply import ReplyBuilder
 from sim.harness import run_simulation
 from sim.stream import recv_packet, stream_get, stream_put
 

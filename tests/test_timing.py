@@ -19,7 +19,7 @@ import pytest
 from bench.paths import format_paths, path_report
 from roce_hw.config import EngineConfig
 from roce_hw.generate import emit
-from roce_hw.tx.engine import TxEngine
+from roce_hw.engine import TxEngine
 
 __all__ = []
 

@@ -23,7 +23,7 @@ SELECTION = [
     # sim.cosim raises CosimToolMissing at run time
     "tests/test_cosim.py::test_cycle_limit_raises_clearly",
     # pytest.skip("iverilog not installed") inside the test
-    "tests/test_qp_state.py::test_verilog_out_of_range_iverilog",
+    "tests/test_qp_table.py::test_verilog_out_of_range_iverilog",
     # a test that needs no tool still passes
     "tests/test_golden.py::test_golden_files_present",
 ]

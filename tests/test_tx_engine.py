@@ -14,7 +14,7 @@ from roce_hw.model.icrc import frame_icrc_ok
 from roce_hw.model.packet import QPPath, build_request_frame, parse_frame
 from roce_hw.model.requester import RequesterModel
 from roce_hw.model.segment import segment_message
-from roce_hw.tx.engine import TxEngine
+from roce_hw.engine import TxEngine
 from roce_hw.verbs import WcStatus
 from sim.harness import run_simulation
 from sim.stream import send_packet

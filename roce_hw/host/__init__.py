@@ -9,7 +9,7 @@ Run ``python -m roce_hw.host --help`` (or the ``roce-host`` console script). Mod
 * :mod:`roce_hw.host.verbs` -- the ``verbs`` mode: the host's own RC QP and memory region with
   pyverbs (imported lazily), connection set-up through the CM, the engine's generator traffic
   checked byte for byte;
-* :mod:`roce_hw.host.fake` -- :class:`~roce_hw.host.fake.FakeEngine`, a UDP server that answers
+* :mod:`sim.fake_engine` -- :class:`~sim.fake_engine.FakeEngine`, a UDP server that answers
   with the CM model (:mod:`roce_hw.model.cm`), to try the tool without hardware;
 * :mod:`roce_hw.host.__main__` -- the command line.
 

@@ -26,8 +26,8 @@ SIZE = proto.CM_DATAGRAM.size
 assert SIZE == proto.CM_DATAGRAM_BYTES
 
 #: The sender's and the peer's fields, in the same order (``swap`` exchanges them pairwise).
-LOC_FIELDS = ("loc_qpn", "loc_psn", "loc_r_key", "loc_base_addr", "loc_ip")
-REM_FIELDS = ("rem_qpn", "rem_psn", "rem_r_key", "rem_base_addr", "rem_ip")
+LOC_FIELDS = proto.CM_LOC_FIELDS
+REM_FIELDS = proto.CM_REM_FIELDS
 
 
 def pack(fields=None, **kwargs):
@@ -55,12 +55,7 @@ def datagram(**fields):
     return out
 
 
-def swap(fields):
-    """``fields`` with the loc_* and rem_* fields exchanged (what a reply starts from)."""
-    out = dict(fields)
-    for loc, rem in zip(LOC_FIELDS, REM_FIELDS):
-        out[loc], out[rem] = fields[rem], fields[loc]
-    return out
+swap = proto.cm_swap
 
 
 def ip_int(ip):

@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass
 
 from .. import proto
-from ..model.cm import generator_payload
 from ..proto import CmAck, WrOpcode
 from . import datagram as dg
 
@@ -150,7 +149,7 @@ class Traffic:
 
     def expected(self):
         """The bytes of MR offsets 0 .. count * length once every message has landed."""
-        return b"".join(generator_payload(n, self.length) for n in range(self.count))
+        return b"".join(proto.generator_payload(n, self.length) for n in range(self.count))
 
     def fill(self):
         """Initial MR contents: the complement of the expected bytes, then zeros."""
@@ -180,7 +179,7 @@ def check_memory(traffic, mem):
     L = traffic.length
     bad, mismatches = [], 0
     for n in range(traffic.count):
-        d = _diff(mem[n * L:(n + 1) * L], generator_payload(n, L))
+        d = _diff(mem[n * L:(n + 1) * L], proto.generator_payload(n, L))
         if d:
             bad.append(n)
             mismatches += d
@@ -221,7 +220,7 @@ def check_completions(traffic, wcs, read, *, check=True):
             errors.append(f"completion {i}: unexpected immediate {wc['imm']}")
         if check:
             d = _diff(read(i * L, min(wc["byte_len"], L)) if L else b"",
-                      generator_payload(i, L))
+                      proto.generator_payload(i, L))
             if d:
                 out["mismatches"] += d
                 errors.append(f"message {i}: {d} bytes differ from the pattern")

@@ -18,7 +18,6 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import check_data_width
-from ..model.header import common_prefix
 from .stream import frame_layout, packet_layout
 
 __all__ = ["check_variants", "header_fields_layout", "inserter_hdr_layout",
@@ -830,7 +829,7 @@ class HeaderExtractor(wiring.Component):
         nv = len(self._variants)
         shifts = geo.shifts
         cb = geo.image_bytes // n                   # beats captured per frame
-        prefix = common_prefix(self._variants) if nv > 1 else ()
+        prefix = proto.common_prefix(self._variants) if nv > 1 else ()
         pb = max(0, sum(h.size for h in prefix) - 1) // n   # beat completing the prefix
         beat_layout = self.i.payload.shape()
 

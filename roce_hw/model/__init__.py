@@ -3,5 +3,5 @@
 arithmetic, headers, segmentation, the QP table, the requester (TX), the RX front end, the
 connection manager and the traffic generator."""
 
-__all__ = ["cm", "generator", "header", "icrc", "packet", "psn", "qp_state", "requester", "rx",
+__all__ = ["cm", "engine", "generator", "header", "icrc", "packet", "psn", "qp_table", "requester", "rx",
            "segment"]

@@ -2,7 +2,7 @@
 """Golden model of the UDP connection manager (CM) responder: the project's reference text.
 
 Pure Python (no Amaranth import). :class:`CmModel` answers the 64-byte datagram of
-PROTOCOL.md §7 (layout :data:`roce_hw.proto.CM_DATAGRAM`, codec :mod:`roce_hw.host.datagram`)
+PROTOCOL.md §7 (layout :data:`roce_hw.proto.CM_DATAGRAM`)
 exactly as the hardware CM responder must; :func:`reply_frame` builds the reply's full
 Ethernet/IPv4/UDP frame so tests compare hardware frames byte for byte.
 
@@ -119,7 +119,6 @@ from dataclasses import dataclass
 
 from .. import proto
 from ..config import check_n_qp
-from ..host import datagram as dg
 from ..proto import CmAck, CmReq, QPState, WrOpcode
 from .generator import GenCommand, generator_payload
 from .generator import generator_messages as model_generator_messages
@@ -131,8 +130,7 @@ __all__ = ["COUNTERS", "CONTEXT_FIELDS", "CmModel", "CmReply", "GeneratorState",
            "request_frame", "CM_FRAME", "UDP_LENGTH", "IPV4_TOTAL_LENGTH"]
 
 #: Counter names: ``ok`` first, then the drop/refusal reasons in the order of the rules.
-COUNTERS = ("ok", "bad_flags", "bad_txmeta", "bad_port", "bad_field", "bad_req", "bad_qpn",
-            "in_use", "bad_state", "not_owner", "no_qp", "busy")
+COUNTERS = proto.CM_COUNTERS
 
 #: Field name -> width of a QP context row (:data:`roce_hw.proto.QP_CONTEXT_FIELDS`).
 CONTEXT_FIELDS = dict(proto.QP_CONTEXT_FIELDS)
@@ -143,6 +141,13 @@ CM_FRAME = (proto.ETH, proto.IPV4, proto.UDP, proto.CM_DATAGRAM)
 UDP_LENGTH = proto.UDP.size + proto.CM_DATAGRAM.size
 #: IPv4 total length of a CM frame.
 IPV4_TOTAL_LENGTH = proto.IPV4.size + UDP_LENGTH
+
+def _unpack(dgram):
+    dgram = bytes(dgram)
+    if len(dgram) != proto.CM_DATAGRAM.size:
+        raise ValueError(f"a CM datagram is {proto.CM_DATAGRAM.size} bytes, not {len(dgram)}")
+    return proto.CM_DATAGRAM.unpack(dgram)
+
 
 _MASK24 = 0xFFFFFF
 _TOP8 = 0xFF000000
@@ -163,7 +168,7 @@ class CmReply:
 
     @property
     def fields(self):
-        return dg.unpack(self.dgram)
+        return _unpack(self.dgram)
 
     @property
     def ack(self):
@@ -285,7 +290,7 @@ class CmModel:
         the reply as a :class:`CmReply` (``(dst_mac, dst_ip, dst_port, dgram)``) or ``None``
         when no reply is sent (``bad_port``). A ``dgram`` that is not 64 bytes raises
         ``ValueError`` (the RX front end never passes one)."""
-        req = dg.unpack(dgram)
+        req = _unpack(dgram)
         code, reason, fields = self._process(req, int(src_mac), int(src_ip))
         self.counters[reason] += 1
         if code is None:
@@ -293,11 +298,11 @@ class CmModel:
         reply = dict(fields)
         reply["ack_valid"] = 1
         reply["ack_type"] = int(code)
-        return CmReply(int(src_mac), int(src_ip), req["reply_port"], dg.pack(reply))
+        return CmReply(int(src_mac), int(src_ip), req["reply_port"], proto.CM_DATAGRAM.pack(reply))
 
     def _process(self, req, src_mac, src_ip):
         """``(ack code or None, counter name, reply fields before the ack flags)``."""
-        base = dg.swap(req)
+        base = proto.cm_swap(req)
         base["loc_ip"] = self.local_ip
 
         def refuse(code, reason):
@@ -330,7 +335,7 @@ class CmModel:
         out = dict(base)
         out.update(loc_qpn=proto.LOCAL_QPN_BASE + index, loc_psn=loc_psn, loc_r_key=0,
                    loc_base_addr=0, loc_ip=self.local_ip)
-        for loc, rem in zip(dg.LOC_FIELDS, dg.REM_FIELDS):
+        for loc, rem in zip(proto.CM_LOC_FIELDS, proto.CM_REM_FIELDS):
             out[rem] = req[loc]
         return CmAck.ACK, "ok", out
 

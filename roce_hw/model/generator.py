@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Golden model of the on-chip traffic generator (:class:`roce_hw.tx.generator.TrafficGenerator`):
+"""Golden model of the on-chip traffic generator (:class:`roce_hw.ctrl.generator.TrafficGenerator`):
 the work requests and payloads a start command produces (no Amaranth).
 
 What the generator sends is the connection manager's "generator traffic" (the txmeta command):
@@ -12,6 +12,8 @@ opcode and QP, neither signaled nor solicited; its payload (``L`` > 0) is byte `
 
 from dataclasses import asdict, dataclass
 
+from .. import proto
+
 __all__ = ["GenCommand", "generator_wr", "generator_payload", "generator_messages",
            "ADDR_MASK"]
 
@@ -21,7 +23,7 @@ ADDR_MASK = (1 << 64) - 1
 
 @dataclass(frozen=True)
 class GenCommand:
-    """A command of the generator's ``cmd`` port (:func:`roce_hw.tx.generator.gen_cmd_layout`).
+    """A command of the generator's ``cmd`` port (:func:`roce_hw.verbs.gen_cmd_layout`).
 
     ``start`` = 1 starts a run of ``count`` messages of ``length`` bytes on QP index ``qp``,
     ``period`` cycles apart at the earliest; ``start`` = 0 stops the run (the other fields are
@@ -50,11 +52,7 @@ def generator_wr(cmd, n):
             "length": cmd.length, "imm": n, "signaled": 0, "solicited": 0}
 
 
-def generator_payload(n, length):
-    """Payload of message ``n``: ``length`` bytes, byte ``k`` = ``(k + n) & 0xFF``."""
-    pattern = bytes((k + n) & 0xFF for k in range(256))
-    reps, rest = divmod(length, 256)
-    return pattern * reps + pattern[:rest]
+generator_payload = proto.generator_payload
 
 
 def generator_messages(cmd, count=None):

@@ -34,15 +34,7 @@ def header_bytes(variant):
     return sum(h.size for h in variant)
 
 
-def common_prefix(variants):
-    """The headers all ``variants`` start with (longest common prefix), as a tuple."""
-    prefix = []
-    for headers in zip(*variants):
-        if all(h is headers[0] for h in headers):
-            prefix.append(headers[0])
-        else:
-            break
-    return tuple(prefix)
+common_prefix = proto.common_prefix
 
 
 def insert(variant, fields, payload=b""):

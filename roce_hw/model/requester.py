@@ -4,14 +4,14 @@ in, frames and status reports out (no Amaranth).
 
 One model for the tests, ``sim.traffic`` and the co-simulation; the reliability issue extends it
 (ACKs, go-back-N, completions). It follows the engine's documented behaviour
-(:class:`roce_hw.tx.engine.TxEngine`), built on the golden segmentation and packet builders.
+(:class:`roce_hw.engine.TxEngine`), built on the golden segmentation and packet builders.
 """
 
 from dataclasses import dataclass, field
 
 from .. import proto
 from .packet import QPPath, build_request_frame
-from .qp_state import QPStateModel
+from .qp_table import QPStateModel
 from .segment import segment_message
 
 __all__ = ["Sent", "RequesterModel", "PathRequester"]

@@ -54,17 +54,8 @@ __all__ = ["KINDS", "RX_COUNTERS", "OUTCOMES", "ICRC_MAX_FRAME_BYTES", "BROADCAS
 #: What can become of a frame.
 KINDS = ("arp", "cm", "roce", "other", "drop")
 
-#: The outcome counters: every frame is counted in ``rx_frames`` and in exactly one of the others.
-#: ``arp``/``cm``/``roce``: taken into that stream's queue; ``other``: put into the ``other``
-#: frame FIFO; ``*_full``: of that kind but its queue was full; ``other_dropped``: not for the
-#: engine and not passed on (no ``other`` stream, or the frame did not fit in its FIFO).
-RX_COUNTERS = (
-    "rx_frames",
-    "arp", "cm", "roce", "other",
-    "mac_bad", "runt", "ip_header", "ip_fragment", "ip_checksum", "ip_length", "udp_length",
-    "roce_length", "icrc", "cm_length",
-    "arp_full", "cm_full", "roce_full", "other_dropped",
-)
+#: The outcome counters (declared in :mod:`roce_hw.proto`).
+RX_COUNTERS = proto.RX_COUNTERS
 
 #: The counters a frame can end in (all but ``rx_frames``).
 OUTCOMES = RX_COUNTERS[1:]
@@ -73,7 +64,7 @@ OUTCOMES = RX_COUNTERS[1:]
 #: (:data:`roce_hw.lib.icrc.MAX_FRAME_BYTES`; the tests check the two agree).
 ICRC_MAX_FRAME_BYTES = 16384
 
-BROADCAST_MAC = (1 << 48) - 1
+BROADCAST_MAC = proto.BROADCAST_MAC
 
 _ETH_HLEN = proto.ETH.size
 _IP_OFF = _ETH_HLEN

@@ -14,7 +14,6 @@ from ..lib.header import HeaderExtractor
 from ..lib.icrc import ICRCChecker
 from ..lib.ipv4_check import IPv4HeaderCheck
 from ..lib.stream import FrameSignature
-from ..model.rx import BROADCAST_MAC, RX_COUNTERS
 
 __all__ = ["ARP_VARIANTS", "IP_VARIANTS", "arp_req_layout", "cm_rx_layout", "roce_rx_layout",
            "rx_counters_layout", "RxFrontEnd"]
@@ -65,8 +64,8 @@ def roce_rx_layout():
 
 def rx_counters_layout():
     """``StructLayout`` of the front end's 32-bit wrapping counters, one member per name of
-    :data:`roce_hw.model.rx.RX_COUNTERS`."""
-    return data.StructLayout({name: 32 for name in RX_COUNTERS})
+    :data:`roce_hw.proto.RX_COUNTERS`."""
+    return data.StructLayout({name: 32 for name in proto.RX_COUNTERS})
 
 
 def _delay(m, value, cycles, name, *, data_only=False):
@@ -124,7 +123,7 @@ class RxFrontEnd(wiring.Component):
     whole frame.
 
     Counters: every frame is counted in ``rx_frames`` and in exactly one of the others (see
-    :data:`roce_hw.model.rx.RX_COUNTERS`), 32 bits each, wrapping; with the last beat of a frame
+    :data:`roce_hw.proto.RX_COUNTERS`), 32 bits each, wrapping; with the last beat of a frame
     on ``i`` in cycle t, the counters show it from cycle t + :attr:`latency`.
 
     Structure: the input beat is registered, then fed in parallel to two
@@ -325,7 +324,7 @@ class RxFrontEnd(wiring.Component):
             "runt34": _reg(m, lf["runt34"], "runt34_5"),
             "lt42": _reg(m, lf["lt42"], "lt42_5"),
             "mac_ours": _reg(m, eth.dst == lmac, "mac_ours_5"),
-            "mac_bc": _reg(m, eth.dst == BROADCAST_MAC, "mac_bc_5"),
+            "mac_bc": _reg(m, eth.dst == proto.BROADCAST_MAC, "mac_bc_5"),
             "et_arp": _reg(m, eth.ethertype == proto.ETHERTYPE_ARP, "et_arp_5"),
             "et_ip": _reg(m, eth.ethertype == proto.ETHERTYPE_IPV4, "et_ip_5"),
             "arp_fmt": _reg(m, (arp.htype == 1) & (arp.ptype == proto.ETHERTYPE_IPV4) &
@@ -418,7 +417,7 @@ class RxFrontEnd(wiring.Component):
         icrc_ok = _delay(m, icrc.o.valid & icrc.o.payload.good, at_decide - icrc_at, "icrc_ok")
         csum_bad = Signal()
         m.d.comb += csum_bad.eq(pre["ipchk"] & ~csum_ok)
-        out = {name: Signal(name=f"out_{name}") for name in RX_COUNTERS[1:]}
+        out = {name: Signal(name=f"out_{name}") for name in proto.RX_COUNTERS[1:]}
         for kind, item in (("arp", arp_item), ("cm", cm_item), ("roce", roce_item)):
             q = fifo.SyncFIFOBuffered(width=Value.cast(item).shape().width,
                                       depth=self._queue_depth)

@@ -10,7 +10,7 @@ from ..config import check_config
 from ..lib.arith import event_counter
 from ..lib.header import inserter_hdr_layout
 from ..lib.ipv4 import IPv4Identification
-from ..qp_state import qp_index_width, tx_upd_layout
+from ..layouts import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
 from .cutter import cut_layout
 from .psn import WriteBackSignature
@@ -81,7 +81,7 @@ class Commit(wiring.Component):
     local_mac, local_ip : ``In``
     ip_id_load : ``In(stream.Signature(StructLayout({"value": 16})))``
     frames, frames_aborted, wrs_refused, status_dropped : ``Out``
-        As in :class:`roce_hw.tx.engine.TxEngine`.
+        As in :class:`roce_hw.engine.TxEngine`.
     """
 
     def __init__(self, config, *, early_check=False):

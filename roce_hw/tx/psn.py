@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..lib.arith import or_tree
-from ..qp_state import IndexSignature, qp_index_width
+from ..layouts import IndexSignature, qp_index_width
 
 __all__ = ["WriteBackSignature", "PsnForward"]
 

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from .. import layouts, proto
 from ..config import check_config
 from ..lib.arith import FastCounter
-from ..qp_state import QPReadSignature, qp_index_width
+from ..layouts import qp_index_width, QPReadSignature
 from ..verbs import WcStatus, resume_layout, wr_layout
 from .psn import WriteBackSignature
 

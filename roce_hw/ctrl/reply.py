@@ -9,7 +9,7 @@ from ..config import check_config
 from ..lib.header import HeaderInserter
 from ..lib.ipv4 import IPv4Checksum
 from ..lib.stream import frame_layout
-from ..rx.cm import cm_reply_layout
+from .cm import cm_reply_layout
 
 __all__ = ["REPLY_VARIANTS", "arp_reply_req_layout", "ReplyBuilder"]
 

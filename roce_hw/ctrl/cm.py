@@ -8,15 +8,14 @@ from amaranth.lib.wiring import In, Out
 from .. import layouts, proto
 from ..config import check_config
 from ..lib.arith import event_counter
-from ..model.cm import COUNTERS
-from ..qp_state import QP_CONTEXT, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
+from ..layouts import mgmt_req_layout, mgmt_rsp_layout, QP_CONTEXT, qp_index_width
 from ..verbs import gen_cmd_layout
 
 __all__ = ["CM_COUNTERS", "cm_req_layout", "cm_reply_layout", "cm_counters_layout", "CmResponder"]
 
-#: The connection manager's counters: requests obeyed, then one per reason of refusal (named
-#: and specified once, in the model :mod:`roce_hw.model.cm`).
-CM_COUNTERS = COUNTERS
+#: The connection manager's counters: requests obeyed, then one per reason of refusal
+#: (:data:`roce_hw.proto.CM_COUNTERS`; the rule behind each is in :mod:`roce_hw.model.cm`).
+CM_COUNTERS = proto.CM_COUNTERS
 
 
 def cm_req_layout():
@@ -81,7 +80,7 @@ class CmResponder(wiring.Component):
     mgmt_rsp : ``In(stream.Signature(mgmt_rsp_layout(n_qp)))``
         Master side of the QP table's management port (one response per request, in order).
     gen_cmd : ``Out(stream.Signature(gen_cmd_layout(config)))``
-        Start/stop commands for the :class:`~roce_hw.tx.generator.TrafficGenerator`.
+        Start/stop commands for the :class:`~roce_hw.ctrl.generator.TrafficGenerator`.
     gen_busy : ``In(1)``, gen_qp : ``In(idx_width)``
         The generator's state.
     local_ip : ``In(32)``

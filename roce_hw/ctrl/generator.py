@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import check_config
 from ..lib.arith import FastCounter
 from ..lib.stream import PacketSignature
-from ..qp_state import qp_index_width
+from ..layouts import qp_index_width
 from ..verbs import gen_cmd_layout, wr_layout
 
 __all__ = ["gen_cmd_layout", "TrafficGenerator"]   # gen_cmd_layout: from roce_hw.verbs
@@ -67,7 +67,7 @@ class TrafficGenerator(wiring.Component):
     cmd : ``In(stream.Signature(gen_cmd_layout(config)))``
         Start and stop commands.
     wr : ``Out(stream.Signature(wr_layout(config)))``
-        Work requests, for the TX engine (through :class:`roce_hw.tx.wrmux.WrMux`).
+        Work requests, for the TX engine (through :class:`roce_hw.ctrl.wrmux.WrMux`).
     i : ``Out(PacketSignature(data_width))``
         Payload packets, one per request with ``length`` > 0, in request order.
     busy : ``Out(1)``

@@ -13,8 +13,8 @@ MAC is unknown to a UDP socket and given to the model as ``mac``.
 import socket
 import threading
 
-from ..model.cm import CmModel
-from . import datagram as dg
+from roce_hw.model.cm import CmModel
+from roce_hw.host import datagram as dg
 
 __all__ = ["FakeEngine"]
 

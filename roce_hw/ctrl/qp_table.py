@@ -5,123 +5,18 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from . import proto
-from .config import check_n_qp
-from .lib.stream import ReadyBreak
+from ..config import check_n_qp
+from ..layouts import (QP_CONTEXT, QPReadSignature, mgmt_req_layout, mgmt_rsp_layout,
+                       qp_index_width, tx_upd_layout, una_upd_layout)
+from ..lib.stream import ReadyBreak
 
-__all__ = ["QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index",
-           "mgmt_req_layout", "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout",
-           "IndexSignature", "QPReadSignature", "QPStateTable"]
-
-#: One QP context row: :data:`roce_hw.proto.QP_CONTEXT_FIELDS` as a ``data.StructLayout`` (the
-#: field meanings are documented there). The local QPN is not stored: it is :func:`local_qpn`
-#: of the row index.
-QP_CONTEXT = data.StructLayout(dict(proto.QP_CONTEXT_FIELDS))
+__all__ = ["QPStateTable"]
 
 # The row is split across memories by writer, so that every internal writer touches only its own
 # field(s) and can never clobber (or be clobbered by) a concurrent management write of another.
 _SPLIT_FIELDS = ("state", "next_psn", "una_psn")
 _CFG = data.StructLayout({name: field.shape for name, field in QP_CONTEXT
                           if name not in _SPLIT_FIELDS})
-
-
-def qp_index_width(n_qp):
-    """Width in bits of a QP index for a table of ``n_qp`` queue pairs (at least 1)."""
-    check_n_qp(n_qp)
-    return max(1, (n_qp - 1).bit_length())
-
-
-def local_qpn(index):
-    """Local QPN of QP row ``index``: ``proto.LOCAL_QPN_BASE + index`` (256 + index).
-
-    Works on Python integers (returns an ``int``) and on Amaranth values (returns a 24-bit
-    expression; name it as a Signal where it is reused)."""
-    if isinstance(index, int):
-        if index < 0 or proto.LOCAL_QPN_BASE + index > proto.QPN_MASK:
-            raise ValueError(f"QP index {index} out of range")
-        return proto.LOCAL_QPN_BASE + index
-    return (Value.cast(index) + proto.LOCAL_QPN_BASE)[:24]
-
-
-def qp_index(qpn, n_qp=None):
-    """QP row index of local QPN ``qpn`` (Python integers only).
-
-    Raises ``ValueError`` if ``qpn`` is below ``proto.LOCAL_QPN_BASE`` or, when ``n_qp`` is
-    given, not below ``LOCAL_QPN_BASE + n_qp``."""
-    index = qpn - proto.LOCAL_QPN_BASE
-    if index < 0 or (n_qp is not None and index >= n_qp):
-        raise ValueError(f"QPN {qpn:#x} is not a local QP of this table")
-    return index
-
-
-def mgmt_req_layout(n_qp):
-    """Payload of the management request stream: ``{qp, write, ctx}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "write": 1, "ctx": QP_CONTEXT})
-
-
-def mgmt_rsp_layout(n_qp):
-    """Payload of the management response stream: ``{qp, write, error, ctx}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "write": 1, "error": 1,
-                              "ctx": QP_CONTEXT})
-
-
-def tx_upd_layout(n_qp):
-    """Payload of the TX write-back stream: ``{qp, psn_we, next_psn, state_we, state}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "psn_we": 1, "next_psn": 24,
-                              "state_we": 1, "state": 3})
-
-
-def una_upd_layout(n_qp):
-    """Payload of the ACK handler's write-back stream: ``{qp, una_psn}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": 24})
-
-
-class IndexSignature(wiring.Signature):
-    """Base of the signatures parameterised by a QP index width: ``idx_width``, equality and
-    ``repr`` by it."""
-
-    @property
-    def idx_width(self):
-        """Width of the QP index."""
-        return self._idx_width
-
-    def __eq__(self, other):
-        return type(other) is type(self) and other.idx_width == self.idx_width
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self._idx_width})"
-
-
-class QPReadSignature(IndexSignature):
-    """Read port of a :class:`QPStateTable` row, seen from the reader (like
-    ``memory.ReadPort.Signature``): a component that reads uses ``Out(QPReadSignature(w))``, the
-    table has ``In(QPReadSignature(w))``.
-
-    Not a stream: the reader drives ``addr`` and ``en``; ``data`` holds the row of ``addr``
-    the cycle after a cycle with ``en`` asserted (fixed 1-cycle latency, never blocked) and keeps
-    it while ``en`` is low.
-
-    Members
-    -------
-    addr : ``Out(idx_width)``
-        QP index.
-    en : ``Out(1)``
-        Read enable.
-    data : ``In(QP_CONTEXT)``
-        The row.
-
-    Raises
-    ------
-    ValueError
-        If ``idx_width`` is not an integer from 1 to 14.
-    """
-
-    def __init__(self, idx_width):
-        if isinstance(idx_width, bool) or not isinstance(idx_width, int) or \
-                not 1 <= idx_width <= 14:
-            raise ValueError(f"index width must be an integer from 1 to 14, not {idx_width!r}")
-        self._idx_width = idx_width
-        super().__init__({"addr": Out(idx_width), "en": Out(1), "data": In(QP_CONTEXT)})
 
 
 class QPStateTable(wiring.Component):

@@ -16,10 +16,9 @@ from amaranth.sim import Simulator
 
 from roce_hw import proto
 from roce_hw.config import EngineConfig
-from roce_hw.model.qp_state import CONTEXT_FIELDS, QPStateModel
-from roce_hw.qp_state import (QP_CONTEXT, QPReadSignature, QPStateTable, local_qpn,
-                              mgmt_req_layout, mgmt_rsp_layout, qp_index, qp_index_width,
-                              tx_upd_layout, una_upd_layout)
+from roce_hw.model.qp_table import CONTEXT_FIELDS, QPStateModel
+from roce_hw.ctrl.qp_table import QPStateTable
+from roce_hw.layouts import local_qpn, mgmt_req_layout, mgmt_rsp_layout, QP_CONTEXT, qp_index, qp_index_width, QPReadSignature, tx_upd_layout, una_upd_layout
 from sim.harness import run_simulation
 from roce_hw.generate import emit, lint
 

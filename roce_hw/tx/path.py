@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""RoCEv2 TX engine: work requests and payload bytes in, segmented RoCEv2 Ethernet frames out."""
+"""The RoCEv2 TX datapath: work requests and payload bytes in, segmented RoCEv2 Ethernet frames
+out; it reads and writes the QP table through ports (the table itself is the control plane's,
+:class:`roce_hw.ctrl.qp_table.QPStateTable`; :class:`roce_hw.engine.TxEngine` joins the two)."""
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -10,7 +12,7 @@ from ..config import check_config
 from ..lib.header import HeaderInserter
 from ..lib.icrc import ICRCInserter
 from ..lib.stream import PacketSignature, frame_layout
-from ..qp_state import QPStateTable, mgmt_req_layout, mgmt_rsp_layout
+from ..layouts import QPReadSignature, qp_index_width, tx_upd_layout
 from ..verbs import resume_layout, status_layout, wr_layout
 from .builder import ICRC_VARIANT, PacketBuilder
 from .commit import TX_VARIANTS, Commit
@@ -18,16 +20,16 @@ from .cutter import PayloadCutter
 from .psn import PsnForward
 from .segmenter import Segmenter
 
-__all__ = ["TxEngine"]
+__all__ = ["TxPath"]
 
 
-class TxEngine(wiring.Component):
+class TxPath(wiring.Component):
     """RoCEv2 requester TX datapath: work requests -> segmented RC frames with iCRC.
 
     The engine is a chain of blocks joined by streams (``roce_hw/tx/``):
 
     * :class:`~roce_hw.tx.segmenter.Segmenter`: reads the QP context from the
-      :class:`~roce_hw.qp_state.QPStateTable`, checks the request and splits the message by the
+      QP table (``qp_rd``), checks the request and splits the message by the
       QP's PMTU into FIRST/MIDDLE/LAST/ONLY packet descriptors (PROTOCOL.md §5.7, exactly as
       :func:`roce_hw.model.segment.segment_message`); also resumes a message part-way
       (``resume``). PSNs come from the table, newest write-back first
@@ -82,10 +84,11 @@ class TxEngine(wiring.Component):
     the QP is set up again through ``qp_mgmt_req``. (A payload packet sent for a WR of length
     0 cannot be told apart from the next WR's payload; it is taken as that.)
 
-    Management. ``qp_mgmt_req``/``qp_mgmt_rsp`` are the management port of the internal
-    :class:`~roce_hw.qp_state.QPStateTable` (see there). A WR transferred after a management
+    QP table. The QP rows are read on ``qp_rd`` (one-cycle read port) and the write-backs
+    leave on ``qp_upd``; ``mgmt_write`` tells of every management write into the table (the
+    PSN forwarding then forgets what it knew of that QP). A WR transferred after a management
     write's response has been received sees the write. Rewriting a QP while WRs for it are in
-    the engine is a race (the engine may write its ``next_psn``/``state`` back afterwards).
+    the datapath is a race (it may write its ``next_psn``/``state`` back afterwards).
 
     Latency and throughput. WR transferred in cycle 0 -> first beat valid on ``o`` in cycle
     :attr:`latency` (engine idle, payload valid): 8 at every width (64 to 1024
@@ -125,9 +128,13 @@ class TxEngine(wiring.Component):
         the MAC must discard.
     status : ``Out(stream.Signature(status_layout(config)))``
         One report ``{wr_id, qp, status}`` per refused WR (only errors are reported).
-    qp_mgmt_req : ``In(stream.Signature(mgmt_req_layout(n_qp)))``
-    qp_mgmt_rsp : ``Out(stream.Signature(mgmt_rsp_layout(n_qp)))``
-        Management port of the QP table.
+    qp_rd : ``Out(QPReadSignature(idx_width))``
+        Read port of the QP table (the table's ``tx_rd``).
+    qp_upd : ``Out(stream.Signature(tx_upd_layout(n_qp)))``
+        Write-backs of ``next_psn`` and ``state`` (the table's ``tx_upd``; always taken).
+    mgmt_write : ``In(stream.Signature(StructLayout({"qp": idx_width})))``
+        One transfer per management write into the table, for the QP written (a monitor:
+        ``ready`` is ignored, the transfer is ``valid`` alone).
     local_mac : ``In(48)``
         Source MAC (``0x020000000001`` is 02:00:00:00:00:01); static.
     local_ip : ``In(32)``
@@ -160,8 +167,10 @@ class TxEngine(wiring.Component):
             "i": In(PacketSignature(w)),
             "o": Out(stream.Signature(frame_layout(w))),
             "status": Out(stream.Signature(status_layout(config))),
-            "qp_mgmt_req": In(stream.Signature(mgmt_req_layout(config.n_qp))),
-            "qp_mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(config.n_qp))),
+            "qp_rd": Out(QPReadSignature(qp_index_width(config.n_qp))),
+            "qp_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
+            "mgmt_write": In(stream.Signature(
+                data.StructLayout({"qp": qp_index_width(config.n_qp)}))),
             "local_mac": In(48),
             "local_ip": In(32),
             "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
@@ -205,7 +214,6 @@ class TxEngine(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        m.submodules.qp_table = table = QPStateTable(cfg.n_qp)
         early = self.payload_first_for(cfg)
         # (where the payload does not set the latency, the PSN look-up takes a cycle more for
         # a registered key: ECP5 timing; the latency is then 8 at every width)
@@ -215,27 +223,22 @@ class TxEngine(wiring.Component):
         m.submodules.cutter = cut = PayloadCutter(cfg.data_width, early=early)
         m.submodules.builder = bld = PacketBuilder(cfg.data_width, TX_VARIANTS)
 
-        # management and the QP table
-        wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
-        wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
-        m.d.comb += table.una_upd.valid.eq(0)
         # the PSN forwarding learns of a management write a cycle later, from registers: the
         # table's request handshake then drives no logic outside the table (ECP5: the placer
         # put it up to 2.8 ns of routing away from the table's arbitration). A WR transferred
         # after the write's response (2 cycles after the write at the earliest) still finds
         # the write's QP forgotten there.
         snoop_valid = Signal(name="mgmt_snoop_valid")
-        snoop_qp = Signal.like(table.mgmt_req.payload.qp, name="mgmt_snoop_qp")
-        m.d.sync += [snoop_valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
-                                    table.mgmt_req.payload.write),
-                     snoop_qp.eq(table.mgmt_req.payload.qp)]
+        snoop_qp = Signal.like(self.mgmt_write.payload.qp, name="mgmt_snoop_qp")
+        m.d.sync += [snoop_valid.eq(self.mgmt_write.valid),
+                     snoop_qp.eq(self.mgmt_write.payload.qp)]
         m.d.comb += [fwd.snoop_valid.eq(snoop_valid), fwd.snoop_qp.eq(snoop_qp)]
         # requests -> segmenter -> commit -> (cutter, builder)
         wiring.connect(m, wiring.flipped(self.wr), seg.wr)
         wiring.connect(m, wiring.flipped(self.resume), seg.resume)
-        wiring.connect(m, seg.qp_rd, table.tx_rd)
+        wiring.connect(m, seg.qp_rd, wiring.flipped(self.qp_rd))
         wiring.connect(m, seg.o, com.i)
-        wiring.connect(m, com.tx_upd, table.tx_upd)
+        wiring.connect(m, com.tx_upd, wiring.flipped(self.qp_upd))
         m.d.comb += [
             fwd.q_qp.eq(seg.fwd_qp), seg.fwd_hit.eq(fwd.q_hit), seg.fwd_psn.eq(fwd.q_psn),
             seg.fwd_err.eq(fwd.q_err),

@@ -15,7 +15,7 @@ __all__ = ["WrMux"]
 
 class WrMux(wiring.Component):
     """Merges two work-request sources (each a ``wr`` stream and its ``i`` payload packets, as
-    the inputs of :class:`roce_hw.tx.engine.TxEngine`) into one pair.
+    the inputs of :class:`roce_hw.engine.TxEngine`) into one pair.
 
     Requests: round robin per request between the sources with a request valid (a source
     offering requests back to back gets every other slot while the other one offers too, every
@@ -29,7 +29,7 @@ class WrMux(wiring.Component):
 
     Status reports. The TX engine's ``status`` reports carry ``wr_id`` and ``qp`` only, not the
     source; the user tells their own reports from the traffic generator's
-    (:class:`roce_hw.tx.generator.TrafficGenerator`) by QP: do not post user requests on the
+    (:class:`roce_hw.ctrl.generator.TrafficGenerator`) by QP: do not post user requests on the
     QP the generator runs on (its ``qp`` output while ``busy``).
 
     Latency: a request transferred on ``s*_wr`` in cycle ``t`` is offered on ``wr`` in cycle
