@@ -170,6 +170,10 @@ ARP = Header("ARP", [
     ("sha", 48), ("spa", 32), ("tha", 48), ("tpa", 32),
 ], defaults={"htype": 1, "ptype": ETHERTYPE_IPV4, "hlen": 6, "plen": 4})
 
+#: The fields of ARP for IPv4 over Ethernet (RFC 826): hardware type 1 (Ethernet), protocol
+#: IPv4, 6-byte and 4-byte addresses. The RX front end takes only requests with these.
+ARP_FIXED = {"htype": 1, "ptype": ETHERTYPE_IPV4, "hlen": 6, "plen": 4}
+
 #: Zero padding that brings an Ethernet + ARP frame (42 bytes) to the 60-byte minimum (the MAC
 #: adds the 4-byte FCS).
 ARP_PAD = Header("ARP_PAD", [("reserved", 18 * 8)])
@@ -206,6 +210,12 @@ IPV4 = Header("IPV4", [
     ("ttl", 8), ("protocol", 8), ("checksum", 16),
     ("src", 32), ("dst", 32),
 ], defaults={"version": 4, "ihl": 5, "flag_df": 1, "ttl": 64, "protocol": IP_PROTO_UDP})
+
+#: The fields every IPv4 header the engine sends has (and the RX front end requires of a frame
+#: it takes): version 4, no options, DF set, not a fragment. Protocol, TTL, lengths, checksum and
+#: addresses vary.
+IPV4_FIXED = {"version": 4, "ihl": IPV4.size // 4, "flag_rsv": 0, "flag_df": 1, "flag_mf": 0,
+              "frag_offset": 0}
 
 #: IPv6 fixed header (RFC 8200), 40 bytes.
 IPV6 = Header("IPV6", [
@@ -265,8 +275,11 @@ ICRC_BYTES = 4
 ICRC_MASKED_FIELDS = {"IPV4": ("dscp", "ecn", "ttl", "checksum"),
                       "IPV6": ("traffic_class", "flow_label", "hop_limit"),
                       "UDP": ("checksum",), "BTH": ("fecn", "becn", "resv6")}
-PSN_BITS = 24
+PSN_BITS = 24                   #: BTH PSN width; every PSN field and counter has it
 PSN_MASK = (1 << PSN_BITS) - 1
+QPN_BITS = 24                   #: BTH destination QP width
+#: Largest message a work request may carry, in bytes (IBTA: 2**31).
+MAX_MESSAGE_BYTES = 1 << 31
 QPN_MASK = 0xFFFFFF
 GSI_QKEY = 0x80010000           #: Q_Key of QP1 (GSI) MADs
 LOCAL_QPN_BASE = 256            #: local QPN = 256 + QP index, as in the reference design
@@ -449,6 +462,16 @@ class Pmtu(enum.IntEnum):
 
 PMTU_BYTES = {Pmtu.MTU_256: 256, Pmtu.MTU_512: 512, Pmtu.MTU_1024: 1024,
               Pmtu.MTU_2048: 2048, Pmtu.MTU_4096: 4096}
+
+
+#: The largest path MTU, in bytes (code 5).
+MAX_PMTU_BYTES = max(PMTU_BYTES.values())
+
+
+def pmtu_shift(code):
+    """log2 of the payload bytes of PMTU code ``code`` (1..5 -> 8..12): hardware cuts and counts
+    packets with shifts of this."""
+    return pmtu_bytes(code).bit_length() - 1
 
 
 def pmtu_bytes(code):

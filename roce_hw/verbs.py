@@ -5,6 +5,7 @@ statuses, and the layouts of the work-request, status and completion streams."""
 from amaranth.lib import data
 
 from .config import check_config
+from . import proto
 from .proto import WcOpcode, WcStatus, WrOpcode
 from .layouts import qp_index_width
 
@@ -12,7 +13,7 @@ __all__ = ["WrOpcode", "WcStatus", "WcOpcode", "wr_layout", "resume_layout", "st
            "completion_layout", "gen_cmd_layout", "MAX_MESSAGE_BYTES", "START_PACKET_BITS"]
 
 #: Largest message a work request may ask for (RoCEv2: 2**31 bytes).
-MAX_MESSAGE_BYTES = 1 << 31
+MAX_MESSAGE_BYTES = proto.MAX_MESSAGE_BYTES
 #: Width of a packet index within a message (2**31 bytes at the smallest PMTU, 256 bytes).
 START_PACKET_BITS = 23
 
@@ -67,7 +68,7 @@ def resume_layout(config):
     packet on ``i`` holds the message bytes from ``start_packet * PMTU`` to its end.
     """
     fields = {name: fld.shape for name, fld in wr_layout(config)}
-    fields.update({"start_packet": START_PACKET_BITS, "start_psn": 24})
+    fields.update({"start_packet": START_PACKET_BITS, "start_psn": proto.PSN_BITS})
     return data.StructLayout(fields)
 
 

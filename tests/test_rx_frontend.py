@@ -293,7 +293,7 @@ def scapy_classify(frame, *, bad, local_mac=LOCAL_MAC, local_ip=LOCAL_IP):
                  tx_resv=t >> 4, tx_type=(t >> 3) & 1, tx_immediate=(t >> 2) & 1,
                  tx_start=(t >> 1) & 1, tx_valid=t & 1)
         return ("cm", "cm", {"src_mac": _mac_int(pkt.src), "src_ip": _ip_int(ip.src),
-                             "src_port": u.sport, "dgram": v})
+                             "src_port": u.sport, "udp_checksum": u.chksum, "dgram": v})
     return other
 
 

@@ -7,21 +7,16 @@ from amaranth.lib.wiring import In, Out
 
 from .. import layouts, proto
 from ..config import check_config
+from ..layouts import QP_CONTEXT, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
 from ..lib.arith import event_counter
-from ..layouts import mgmt_req_layout, mgmt_rsp_layout, QP_CONTEXT, qp_index_width
+from ..rx.frontend import cm_rx_layout
 from ..verbs import gen_cmd_layout
 
-__all__ = ["CM_COUNTERS", "cm_req_layout", "cm_reply_layout", "cm_counters_layout", "CmResponder"]
+__all__ = ["CM_COUNTERS", "cm_reply_layout", "cm_counters_layout", "CmResponder"]
 
 #: The connection manager's counters: requests obeyed, then one per reason of refusal
 #: (:data:`roce_hw.proto.CM_COUNTERS`; the rule behind each is in :mod:`roce_hw.model.cm`).
 CM_COUNTERS = proto.CM_COUNTERS
-
-
-def cm_req_layout():
-    """A validated CM datagram from the RX front end, with the frame's source addresses."""
-    return data.StructLayout({"src_mac": 48, "src_ip": 32, "src_port": 16,
-                              "dgram": layouts.CM_DATAGRAM})
 
 
 def cm_reply_layout():
@@ -72,7 +67,7 @@ class CmResponder(wiring.Component):
 
     Members
     -------
-    req : ``In(stream.Signature(cm_req_layout()))``
+    req : ``In(stream.Signature(cm_rx_layout()))``
         Datagrams that passed the frame checks (our MAC and IP, UDP port 0x4321, 64 bytes).
     reply : ``Out(stream.Signature(cm_reply_layout()))``
         Reply datagrams and their destination (the request's source MAC and IP, its ``reply_port``).
@@ -92,7 +87,7 @@ class CmResponder(wiring.Component):
         self._config = check_config(config)
         n_qp = config.n_qp
         super().__init__({
-            "req": In(stream.Signature(cm_req_layout())),
+            "req": In(stream.Signature(cm_rx_layout())),
             "reply": Out(stream.Signature(cm_reply_layout())),
             "mgmt_req": Out(stream.Signature(mgmt_req_layout(n_qp))),
             "mgmt_rsp": In(stream.Signature(mgmt_rsp_layout(n_qp))),
@@ -109,7 +104,7 @@ class CmResponder(wiring.Component):
         n_qp = cfg.n_qp
         iw = qp_index_width(n_qp)
 
-        rq = Signal(cm_req_layout())           # the datagram being served
+        rq = Signal(cm_rx_layout())           # the datagram being served
         d = rq.dgram
         row = Signal(QP_CONTEXT)               # the row read
         idx = Signal(iw)                       # the QP it names / the scan position

@@ -36,7 +36,7 @@ counter of :data:`RX_COUNTERS` the frame is counted in when it is not dropped fo
 
 ``fields`` (``None`` unless ``kind`` is ``arp``/``cm``/``roce``) holds what the stream carries,
 keyed as the hardware layouts: ``arp`` ``{sha, spa}``; ``cm`` ``{src_mac, src_ip, src_port,
-dgram}`` (``dgram`` a :data:`proto.CM_DATAGRAM` field dict); ``roce`` ``{src_ip, src_port,
+udp_checksum, dgram}`` (``dgram`` a :data:`proto.CM_DATAGRAM` field dict); ``roce`` ``{src_ip, src_port,
 udp_length, bth_aeth_only, bth, aeth}`` where ``aeth`` is the 4 bytes after the BTH decoded as
 an AETH (meaningful only for opcodes that carry one) and ``bth_aeth_only`` is 1 when the packet
 is exactly BTH + AETH + iCRC (UDP length 8 + 12 + 4 + 4).
@@ -152,7 +152,7 @@ def classify(frame, *, bad=False, local_mac, local_ip):
             return _drop("cm_length")
         return RxResult("cm", "cm", {
             "src_mac": eth["src"], "src_ip": ip["src"], "src_port": udp["src_port"],
-            "dgram": proto.CM_DATAGRAM.unpack(frame, _L4_OFF)})
+            "udp_checksum": udp["checksum"], "dgram": proto.CM_DATAGRAM.unpack(frame, _L4_OFF)})
     return _OTHER
 
 

@@ -43,9 +43,10 @@ def arp_req_layout():
 
 
 def cm_rx_layout():
-    """Payload of the ``cm`` stream: ``{src_mac 48, src_ip 32, src_port 16, dgram}`` with
-    ``dgram`` a :data:`roce_hw.layouts.CM_DATAGRAM`."""
-    return data.StructLayout({"src_mac": 48, "src_ip": 32, "src_port": 16,
+    """Payload of the ``cm`` stream: ``{src_mac 48, src_ip 32, src_port 16, udp_checksum 16,
+    dgram}`` with ``dgram`` a :data:`roce_hw.layouts.CM_DATAGRAM` and ``udp_checksum`` the UDP
+    header's checksum field as received (the connection manager verifies it)."""
+    return data.StructLayout({"src_mac": 48, "src_ip": 32, "src_port": 16, "udp_checksum": 16,
                               "dgram": layouts.CM_DATAGRAM})
 
 
@@ -403,7 +404,8 @@ class RxFrontEnd(wiring.Component):
         m.d.comb += [
             arp_item.sha.eq(arp.sha), arp_item.spa.eq(arp.spa),
             cm_item.src_mac.eq(eth.src), cm_item.src_ip.eq(ip.src),
-            cm_item.src_port.eq(udp.src_port), cm_item.dgram.eq(ip_h.cm_datagram),
+            cm_item.src_port.eq(udp.src_port), cm_item.udp_checksum.eq(udp.checksum),
+            cm_item.dgram.eq(ip_h.cm_datagram),
             roce_item.src_ip.eq(ip.src), roce_item.src_port.eq(udp.src_port),
             roce_item.udp_length.eq(ulen), roce_item.bth.eq(ip_h.bth),
             roce_item.aeth.eq(ip_h.aeth), roce_item.bth_aeth_only.eq(ulen == _ACK_UDP),
