@@ -71,18 +71,26 @@ def header_fields_layout(variants):
                               for name, header in _distinct_headers(variants).items()})
 
 
+def _variant_shape(variants):
+    # At least one bit: a single variant would give a zero-width field, which Yosys writes as
+    # `wire [-1:0]` (Verilator: LITENDIAN, so the file would not lint clean). Always 0 then.
+    return range(max(len(variants), 2))
+
+
 def inserter_hdr_layout(variants):
-    """Payload of :class:`HeaderInserter`'s ``hdr`` stream: ``{variant, payload, fields}``."""
+    """Payload of :class:`HeaderInserter`'s ``hdr`` stream: ``{variant, payload, fields}``
+    (``variant`` is at least one bit wide, 0 with a single variant)."""
     variants = check_variants(variants)
-    return data.StructLayout({"variant": range(len(variants)), "payload": 1,
+    return data.StructLayout({"variant": _variant_shape(variants), "payload": 1,
                               "fields": header_fields_layout(variants)})
 
 
 def extractor_hdr_layout(variants, *, abort=False):
     """Payload of :class:`HeaderExtractor`'s ``hdr`` stream:
-    ``{variant, payload, short, fields}`` (and ``abort`` with ``abort=True``)."""
+    ``{variant, payload, short, fields}`` (and ``abort`` with ``abort=True``; ``variant`` is at
+    least one bit wide, 0 with a single variant)."""
     variants = check_variants(variants)
-    members = {"variant": range(len(variants)), "payload": 1, "short": 1}
+    members = {"variant": _variant_shape(variants), "payload": 1, "short": 1}
     if abort:
         members["abort"] = 1
     members["fields"] = header_fields_layout(variants)
@@ -933,7 +941,7 @@ class HeaderExtractor(wiring.Component):
 
         # hdr
         fields = self._fields(m, geo, hraw, fv)
-        variant = Signal(range(nv))
+        variant = Signal(_variant_shape(self._variants))
         for v in range(1, nv):
             with m.If(fv[v]):
                 m.d.comb += variant.eq(v)
