@@ -27,6 +27,7 @@ def measure(width, cycles=4000, payload=1500):
     from roce_hw.config import EngineConfig
     from roce_hw.engine import TxEngine
     from sim.stream import beats_of
+    from sim.bfm import QPSetup, set_up
     from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC
 
     t0 = time.monotonic()
@@ -38,16 +39,9 @@ def measure(width, cycles=4000, payload=1500):
     state = {"beats_out": 0, "setup": 0}
 
     async def driver(ctx):
-        ctx.set(dut.local_mac, DEFAULT_LOCAL_MAC)
-        ctx.set(dut.local_ip, DEFAULT_LOCAL_IP)
-        ctx.set(dut.qp_mgmt_req.payload, {"qp": 0, "write": 1, "ctx": {
-            "state": 3, "remote_qpn": 17, "remote_mac": 0x020000000002,
-            "remote_ip": 0x0A000002, "udp_sport": 0xC000, "pmtu": 3, "p_key": 0xFFFF}})
-        ctx.set(dut.qp_mgmt_req.valid, 1)
-        await ctx.tick().until(dut.qp_mgmt_req.ready)
-        ctx.set(dut.qp_mgmt_req.valid, 0)
-        ctx.set(dut.qp_mgmt_rsp.ready, 1)
-        await ctx.tick().until(dut.qp_mgmt_rsp.valid)
+        await set_up(ctx, dut, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
+                     qps=[QPSetup(0, remote_qpn=17, remote_mac=0x020000000002,
+                                  remote_ip=0x0A000002)])
         state["setup"] = 1
         ctx.set(dut.wr.payload, {"wr_id": 1, "opcode": 0, "qp": 0, "remote_addr": 0x1000,
                                  "r_key": 5, "length": payload})

@@ -111,8 +111,9 @@ class E2eRun:
 
 # -- the engine side -------------------------------------------------------------------------
 def _run_model(bridge, *, n_qp, finished, progress):
-    """The frame-level model (:class:`sim.replay.EngineModel`) answering the guest."""
-    from sim.replay import EngineModel, parse_ip, parse_mac
+    """The frame-level model (:class:`roce_hw.model.engine.EngineModel`) answering the guest."""
+    from roce_hw.model.engine import EngineModel
+    from sim.replay import parse_ip, parse_mac
     m = EngineModel(n_qp, local_mac=parse_mac(ENGINE_MAC), local_ip=parse_ip(ENGINE_IP))
     step = 0
     while not finished():

@@ -27,9 +27,9 @@ through the management port (every row, every field of :data:`roce_hw.proto.QP_C
 by name, integers) and written with all counters (:func:`roce_hw.engine.engine_counters_layout`,
 nested by block: ``tx``, ``rx``, ``cm``) and the refused-WR reports to ``--json``.
 
-``--model`` runs :class:`EngineModel` (this module's frame-level Python model: the RX front end
-of :mod:`roce_hw.model.rx`, ARP, the CM of :mod:`roce_hw.model.cm`, the generator on
-:class:`roce_hw.model.requester.RequesterModel`) instead of the hardware: the oracle the
+``--model`` runs :class:`roce_hw.model.engine.EngineModel` (the whole engine's frame-level Python
+model: the RX front end of :mod:`roce_hw.model.rx`, ARP, the CM of :mod:`roce_hw.model.cm`, the
+generator on :class:`roce_hw.model.requester.RequesterModel`) instead of the hardware: the oracle the
 hardware's output is compared with, and quick to run (its frames are stamped 1 us apart).
 
 Exit status: 0 done; 1 stopped at ``--max-cycles`` before the outputs were quiet; 2 bad
@@ -37,15 +37,15 @@ arguments or an unreadable capture (one line on stderr).
 """
 
 import argparse
-import ipaddress
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from roce_hw import proto
+from roce_hw.model.engine import EngineModel, arp_reply_frame
+from sim.bfm import ip_str, mac_str, mgmt_read, parse_ip, parse_mac
 
 __all__ = ["EngineModel", "EngineSim", "ReplayResult", "replay", "read_input", "parse_mac",
            "parse_ip", "mac_str", "struct_to_dict", "generator_periods", "arp_reply_frame",
@@ -55,108 +55,6 @@ __all__ = ["EngineModel", "EngineSim", "ReplayResult", "replay", "read_input", "
 DEFAULT_DRAIN = 2000
 #: Default ``--max-cycles``.
 DEFAULT_MAX_CYCLES = 2_000_000
-
-
-# -- addresses -------------------------------------------------------------------------------
-def parse_mac(text):
-    """48-bit integer of ``aa:bb:cc:dd:ee:ff`` (``-`` also accepted); ``ValueError`` else."""
-    t = str(text).strip()
-    if not re.fullmatch(r"[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}", t):
-        raise ValueError(f"bad MAC address {text!r} (expected aa:bb:cc:dd:ee:ff)")
-    return int(re.sub(r"[:-]", "", t), 16)
-
-
-def parse_ip(text):
-    """32-bit integer of a dotted IPv4 address; ``ValueError`` else."""
-    try:
-        return int(ipaddress.IPv4Address(str(text).strip()))
-    except ipaddress.AddressValueError:
-        raise ValueError(f"bad IPv4 address {text!r}") from None
-
-
-def mac_str(value):
-    return ":".join(f"{b:02x}" for b in int(value).to_bytes(6, "big"))
-
-
-# -- the frame-level model -------------------------------------------------------------------
-def arp_reply_frame(*, local_mac, local_ip, sha, spa):
-    """The engine's ARP reply to ``sha``/``spa`` (RFC 826; padded to 60 bytes)."""
-    from roce_hw.model.header import insert
-    return insert((proto.ETH, proto.ARP, proto.ARP_PAD), {
-        "eth": {"dst": sha, "src": local_mac, "ethertype": proto.ETHERTYPE_ARP},
-        "arp": {"oper": int(proto.ArpOper.REPLY), "sha": local_mac, "spa": local_ip,
-                "tha": sha, "tpa": spa},
-    })
-
-
-class EngineModel:
-    """The whole engine at frame level, in Python: what :class:`roce_hw.engine.RoceEngine`
-    must do with each received frame (timing aside), composed of the project's models.
-
-    * :func:`roce_hw.model.rx.classify` (the RX front end's rules and counter names) decides;
-    * an ARP request for ``local_ip`` -> :func:`arp_reply_frame`;
-    * a CM datagram -> :class:`roce_hw.model.cm.CmModel` and its reply frame; a generator start
-      then sends all its messages at once (:func:`roce_hw.model.cm.generator_messages` posted
-      to a :class:`~roce_hw.model.requester.RequesterModel` sharing the CM's QP rows, so PSNs
-      continue and ``next_psn`` is written back);
-    * a RoCEv2 frame with a good iCRC -> counted, nothing sent (the ACK path is a later issue's);
-    * ``other`` -> ``rx_other`` unchanged (dropped and counted with ``rx_other=False``).
-
-    No queue ever overflows here (the hardware's ``*_full`` counters stay 0 in the model).
-    :meth:`receive` returns ``(tx frames, rx_other frames)`` for one frame; the counters are
-    :attr:`counters` ``{"rx": ..., "cm": ...}`` as the hardware's ``counters.rx``/``.cm``.
-    """
-
-    def __init__(self, n_qp, *, local_mac, local_ip, cm_pmtu=int(proto.Pmtu.MTU_1024), ttl=64,
-                 ack_req_every=64, ip_id_start=0, rx_other=True):
-        from roce_hw.model.cm import CmModel
-        from roce_hw.model.requester import RequesterModel
-        from roce_hw.model.rx import RxCounterModel
-        self.local_mac, self.local_ip = int(local_mac), int(local_ip)
-        self.rx_other = rx_other
-        self.cm = CmModel(n_qp, local_mac=local_mac, local_ip=local_ip, cm_pmtu=cm_pmtu,
-                          ttl=ttl)
-        self.req = RequesterModel(n_qp=n_qp, ack_req_every=ack_req_every, ttl=ttl,
-                                  ip_id_start=ip_id_start, local_mac=self.local_mac,
-                                  local_ip=self.local_ip)
-        self.req.qps.rows = self.cm.rows          # one QP table
-        self.rx = RxCounterModel()
-
-    @property
-    def rows(self):
-        return self.cm.rows
-
-    @property
-    def counters(self):
-        return {"rx": dict(self.rx.counts), "cm": dict(self.cm.counters)}
-
-    def receive(self, frame, bad=False):
-        from roce_hw.host import datagram as dg
-        from roce_hw.model.cm import generator_messages
-        from roce_hw.model.rx import classify
-        frame = bytes(frame)
-        res = classify(frame, bad=bad, local_mac=self.local_mac, local_ip=self.local_ip)
-        self.rx.add(res, taken=res.kind != "other" or self.rx_other)
-        if res.kind == "arp":
-            return [arp_reply_frame(local_mac=self.local_mac, local_ip=self.local_ip,
-                                    sha=res.fields["sha"], spa=res.fields["spa"])], []
-        if res.kind == "cm":
-            f = res.fields
-            reply = self.cm.handle(dg.pack(f["dgram"]), f["src_mac"], f["src_ip"],
-                                   f["src_port"])
-            out = [] if reply is None else [self.cm.frame(reply)]
-            gen = self.cm.generator
-            if gen is not None:
-                for wr in generator_messages(gen):
-                    sent = self.req.post(qp=gen.qp, opcode=wr["opcode"], payload=wr["payload"],
-                                         wr_id=wr["wr_id"], remote_addr=wr["remote_addr"],
-                                         r_key=wr["r_key"], imm=wr["imm"] or 0)
-                    out += [s.frame for s in sent if s.frame is not None]
-                self.cm.generator_done()
-            return out, []
-        if res.kind == "other" and self.rx_other:
-            return [], [frame]
-        return [], []
 
 
 # -- the hardware simulation -----------------------------------------------------------------
@@ -314,18 +212,7 @@ class EngineSim:
         rows = []
         from roce_hw.layouts import QP_CONTEXT
         for q in range(n_qp):
-            ctx.set(dut.qp_mgmt_req.payload, {"qp": q, "write": 0})
-            ctx.set(dut.qp_mgmt_req.valid, 1)
-            await ctx.tick().until(dut.qp_mgmt_req.ready)
-            ctx.set(dut.qp_mgmt_req.valid, 0)
-            ctx.set(dut.qp_mgmt_rsp.ready, 1)
-            (rsp,) = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(
-                dut.qp_mgmt_rsp.valid)
-            ctx.set(dut.qp_mgmt_rsp.ready, 0)
-            if rsp.error or int(rsp.qp) != q:
-                raise RuntimeError(f"management read of QP {q} failed (error {int(rsp.error)}, "
-                                   f"qp {int(rsp.qp)})")
-            row = struct_to_dict(QP_CONTEXT, rsp.ctx)
+            row = struct_to_dict(QP_CONTEXT, await mgmt_read(ctx, dut, q))
             rows.append({"qp": q, "qpn": proto.LOCAL_QPN_BASE + q,
                          **{name: row[name] for name, _ in proto.QP_CONTEXT_FIELDS}})
         return rows
@@ -373,7 +260,7 @@ class ReplayResult:
         return {
             "tool": "sim.replay", "engine": "model" if self.model else "RoceEngine",
             "width": self.width, "n_qp": self.n_qp, "mac": mac_str(mac),
-            "ip": str(ipaddress.IPv4Address(ip)),
+            "ip": ip_str(ip),
             "input": {"path": str(rx_path) if rx_path else None, "frames": self.inputs},
             "output": {"path": str(tx_path) if tx_path else None, "frames": len(self.tx),
                        "aborted": self.aborted, "rx_other": len(self.other)},

@@ -30,7 +30,6 @@ missing, the guest does not boot).
 
 import argparse
 import hashlib
-import ipaddress
 import json
 import random
 import sys
@@ -42,7 +41,8 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
 
-from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS, QPSetup
+from sim.bfm import QPSetup, parse_ip, parse_mac
+from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS
 
 __all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "Message", "QPResult",
            "RxeRun", "random_messages", "plan_frames", "setup_guest", "simulate", "verify",
@@ -60,10 +60,6 @@ W = proto.WrOpcode
 _RECV_OPS = (W.SEND, W.SEND_WITH_IMM, W.RDMA_WRITE_WITH_IMM)
 _WRITE_OPS = (W.RDMA_WRITE, W.RDMA_WRITE_WITH_IMM)
 _IMM_OPS = (W.SEND_WITH_IMM, W.RDMA_WRITE_WITH_IMM)
-
-
-def _mac_int(text):
-    return int(text.replace(":", ""), 16)
 
 
 @dataclass
@@ -219,8 +215,8 @@ def setup_guest(vm, setups, msgs):
         vm.call("connect", handle=d["handle"], remote_qpn=proto.LOCAL_QPN_BASE + q.index,
                 remote_ip=ENGINE_IP, rq_psn=q.start_psn, pmtu=q.pmtu)
         q.remote_qpn = d["qpn"]
-        q.remote_mac = _mac_int(d["mac"])
-        q.remote_ip = int(ipaddress.IPv4Address(d["ip"]))
+        q.remote_mac = parse_mac(d["mac"])
+        q.remote_ip = parse_ip(d["ip"])
         guest[q.index] = d
     return guest
 
@@ -246,10 +242,8 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
     """Simulate the engine on ``msgs`` with every frame going through ``bridge``; returns
     ``(cycles, refused WR statuses)``."""
     from amaranth.sim import Simulator
-    try:
-        from roce_hw import TxEngine
-    except ImportError:                                   # pragma: no cover - older tree
-        from roce_hw.tx_engine import TxEngine
+    from roce_hw.engine import TxEngine
+    from sim.bfm import set_up
     config = EngineConfig(data_width=width, n_qp=max(16, max(q.index for q in setups) + 1))
     dut = TxEngine(config)
     nbytes = width // 8
@@ -260,24 +254,7 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
         max_cycles = 5000 + 4 * (total // nbytes + n_expected * (128 // nbytes + 4))
 
     async def setup_and_post(ctx):
-        ctx.set(dut.local_mac, _mac_int(ENGINE_MAC))
-        ctx.set(dut.local_ip, int(ipaddress.IPv4Address(ENGINE_IP)))
-        for q in setups:
-            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": {
-                "state": int(proto.QPState.RTS), "remote_qpn": q.remote_qpn,
-                "remote_mac": q.remote_mac, "remote_ip": q.remote_ip,
-                "udp_sport": q.udp_sport, "dscp": q.dscp, "ecn": q.ecn, "p_key": q.p_key,
-                "migreq": q.migreq, "pmtu": int(proto.pmtu_code(q.pmtu)),
-                "next_psn": q.start_psn, "una_psn": q.start_psn}})
-            ctx.set(dut.qp_mgmt_req.valid, 1)
-            await ctx.tick().until(dut.qp_mgmt_req.ready)
-            ctx.set(dut.qp_mgmt_req.valid, 0)
-            ctx.set(dut.qp_mgmt_rsp.ready, 1)
-            (rsp,) = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(
-                dut.qp_mgmt_rsp.valid)
-            ctx.set(dut.qp_mgmt_rsp.ready, 0)
-            if rsp.error:
-                raise RuntimeError(f"QP {q.index}: the management port refused the context")
+        await set_up(ctx, dut, local_mac=ENGINE_MAC, local_ip=ENGINE_IP, qps=setups)
         state["setup"] = True
         for m in msgs:
             target = bridge.guest_qps[m.qp]

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, MAX_N_QP, EngineConfig
+from sim.bfm import QPSetup, WorkItem, parse_ip, parse_mac, qp_context
 
 __all__ = ["CLOCK_MHZ", "QPSetup", "qp_context", "WorkItem", "TrafficResult", "run_traffic",
            "random_workload", "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
@@ -64,43 +65,6 @@ DEFAULT_LOCAL_IP = int(ipaddress.IPv4Address("10.0.0.1"))
 
 
 @dataclass
-class QPSetup:
-    """A QP context as the management port writes it."""
-    index: int
-    remote_qpn: int
-    remote_mac: int
-    remote_ip: int
-    udp_sport: int = 0xC000
-    start_psn: int = 0
-    pmtu: int = 1024            #: bytes
-    dscp: int = 0
-    ecn: int = 0
-    p_key: int = 0xFFFF
-    migreq: int = 0
-    state: proto.QPState = proto.QPState.RTS
-
-
-@dataclass
-class WorkItem:
-    """A work request and its payload. ``length`` defaults to ``len(payload)``; set it to
-    something else to present a length mismatch."""
-    qp: int
-    opcode: proto.WrOpcode
-    payload: bytes
-    remote_addr: int = 0
-    r_key: int = 0
-    imm: int = 0
-    solicited: bool = False
-    signaled: bool = True
-    wr_id: int = 0
-    length: int | None = None
-
-    @property
-    def wr_length(self):
-        return len(self.payload) if self.length is None else self.length
-
-
-@dataclass
 class TrafficResult:
     frames: list = field(default_factory=list)     #: (first cycle, last cycle, bytes, aborted, beats)
     statuses: list = field(default_factory=list)   #: dicts: wr_id, qp, status
@@ -121,19 +85,6 @@ class TrafficResult:
         return self.busy_cycles / self.ready_cycles if self.ready_cycles else 0.0
 
 
-def qp_context(q):
-    """The whole QP context row (:data:`roce_hw.proto.QP_CONTEXT_FIELDS`) of a
-    :class:`QPSetup`; fields it does not set are 0."""
-    ctx = dict.fromkeys((name for name, _ in proto.QP_CONTEXT_FIELDS), 0)
-    ctx.update({
-        "state": int(q.state), "remote_qpn": q.remote_qpn, "remote_mac": q.remote_mac,
-        "remote_ip": q.remote_ip, "udp_sport": q.udp_sport, "dscp": q.dscp, "ecn": q.ecn,
-        "p_key": q.p_key, "migreq": q.migreq, "pmtu": int(proto.pmtu_code(q.pmtu)),
-        "next_psn": q.start_psn, "una_psn": q.start_psn,
-    })
-    return ctx
-
-
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                 seed=0, p_wr_idle=0.0, p_payload_idle=0.0, p_stall=0.0,
                 max_cycles=None, wr_gap=0, progress=None):
@@ -147,6 +98,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     ``progress(cycles, wrs_accepted, frames_sent)`` (e.g. :meth:`sim.harness.Progress.update`).
     """
     from roce_hw.engine import TxEngine
+    from sim.bfm import post_wr, set_up
     from sim.harness import run_simulation
     from sim.stream import framing_error, send_packet
 
@@ -167,29 +119,10 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     raw_frames, ready_at_beat = [], []
 
     async def setup_and_post(ctx):
-        ctx.set(dut.local_mac, local_mac)
-        ctx.set(dut.local_ip, local_ip)
-        for q in qps:
-            ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": qp_context(q)})
-            ctx.set(dut.qp_mgmt_req.valid, 1)
-            await ctx.tick().until(dut.qp_mgmt_req.ready)
-            ctx.set(dut.qp_mgmt_req.valid, 0)
-            ctx.set(dut.qp_mgmt_rsp.ready, 1)
-            (rsp,) = await ctx.tick().sample(dut.qp_mgmt_rsp.payload).until(dut.qp_mgmt_rsp.valid)
-            ctx.set(dut.qp_mgmt_rsp.ready, 0)
-            if rsp.error:
-                raise RuntimeError(f"QP {q.index} setup refused by the management port")
+        await set_up(ctx, dut, local_mac=local_mac, local_ip=local_ip, qps=qps)
         state["setup_done"] = True
         for n, w in enumerate(wrs):
-            while rng_wr.random() < p_wr_idle:
-                await ctx.tick()
-            ctx.set(dut.wr.payload, {
-                "wr_id": w.wr_id or n, "opcode": int(w.opcode), "qp": w.qp,
-                "remote_addr": w.remote_addr, "r_key": w.r_key, "length": w.wr_length,
-                "imm": w.imm, "signaled": int(w.signaled), "solicited": int(w.solicited)})
-            ctx.set(dut.wr.valid, 1)
-            await ctx.tick().until(dut.wr.ready)
-            ctx.set(dut.wr.valid, 0)
+            await post_wr(ctx, dut, w, wr_id=w.wr_id or n, rng=rng_wr, p_idle=p_wr_idle)
             for _ in range(wr_gap):
                 await ctx.tick()
         state["wrs_done"] = True
@@ -309,19 +242,6 @@ def random_workload(*, n_qps, messages, ops, min_size, max_size, pmtu, seed):
     return qps, wrs
 
 
-def _mac(text):
-    if isinstance(text, int):
-        return text
-    parts = text.split(":")
-    if len(parts) != 6:
-        raise ValueError(f"bad MAC address {text!r}")
-    return int("".join(f"{int(p, 16):02x}" for p in parts), 16)
-
-
-def _ip(text):
-    return text if isinstance(text, int) else int(ipaddress.IPv4Address(text))
-
-
 #: Field widths in bits that a scenario's QPs and WRs must respect (the QP context row and the
 #: WR descriptor of the engine; a wider value would be silently truncated by the hardware).
 _CTX_BITS = dict(proto.QP_CONTEXT_FIELDS)
@@ -397,12 +317,12 @@ def load_scenario(path):
     try:
         settings = {
             "width": doc.get("width"),
-            "local_mac": _mac(doc.get("local_mac", DEFAULT_LOCAL_MAC)),
-            "local_ip": _ip(doc.get("local_ip", DEFAULT_LOCAL_IP)),
+            "local_mac": parse_mac(doc.get("local_mac", DEFAULT_LOCAL_MAC)),
+            "local_ip": parse_ip(doc.get("local_ip", DEFAULT_LOCAL_IP)),
             "ip_id_start": int(doc.get("ip_id_start", 0)),
         }
         qps = [QPSetup(index=int(q["index"]), remote_qpn=int(q["remote_qpn"]),
-                       remote_mac=_mac(q["remote_mac"]), remote_ip=_ip(q["remote_ip"]),
+                       remote_mac=parse_mac(q["remote_mac"]), remote_ip=parse_ip(q["remote_ip"]),
                        udp_sport=int(q.get("udp_sport", 0xC000)),
                        start_psn=int(q.get("start_psn", 0)), pmtu=int(q.get("pmtu", 1024)),
                        dscp=int(q.get("dscp", 0)), ecn=int(q.get("ecn", 0)),
