@@ -24,16 +24,13 @@ from roce_hw.model.psn import (psn_add, psn_ahead, psn_compare, psn_diff, psn_ge
                                psn_in_window, psn_le, psn_lt)
 from roce_hw.model.segment import PacketSpec, segment_message
 from sim.oracle import protocol_icrc, protocol_icrc_bytes
+from sim.bfm import mac_str
 
 __all__ = []
 
 SEED = 4791
 PMTUS = (256, 512, 1024, 2048, 4096)
 WR_OPS = (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM)
-
-
-def _mac(v):
-    return ":".join(f"{b:02x}" for b in v.to_bytes(6, "big"))
 
 
 def _ip(v, version):
@@ -114,7 +111,7 @@ def _struct_ext(c):
 def _scapy_packet(c, *, icrc=None):
     b = c["bth"]
     pad = (-len(c["payload"])) & 3
-    p = Ether(dst=_mac(c["dst_mac"]), src=_mac(c["src_mac"]))
+    p = Ether(dst=mac_str(c["dst_mac"]), src=mac_str(c["src_mac"]))
     if c["vlan"] is not None:
         v = c["vlan"]
         p = p / Dot1Q(prio=v["pcp"], dei=v["dei"], vlan=v["vid"])
@@ -568,7 +565,7 @@ def test_request_frames_vs_scapy():
                 ext += struct.pack(">QII", p.reth["va"], p.reth["r_key"], p.reth["dma_length"])
             if p.imm is not None:
                 ext += struct.pack(">I", p.imm)
-            s = Ether(dst=_mac(path.dst_mac), src=_mac(path.src_mac))
+            s = Ether(dst=mac_str(path.dst_mac), src=mac_str(path.src_mac))
             if path.vlan is not None:
                 s = s / Dot1Q(vlan=path.vlan)
             s = s / IP(tos=(path.dscp << 2) | path.ecn, id=ip_id, flags=2, ttl=path.ttl,

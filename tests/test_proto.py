@@ -13,6 +13,7 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.contrib import roce as sroce
 
 from roce_hw import layouts, proto
+from sim.bfm import mac_str
 
 __all__ = []
 
@@ -23,14 +24,10 @@ def _rand_fields(header, rng):
     return {name: rng.getrandbits(width) for name, width in header.fields}
 
 
-def _mac(v):
-    return ":".join(f"{b:02x}" for b in v.to_bytes(6, "big"))
-
-
 # --- scapy / struct encoders of the same field values (the independent oracles) --------------
 
 def _scapy_eth(f):
-    return bytes(Ether(dst=_mac(f["dst"]), src=_mac(f["src"]), type=f["ethertype"]))
+    return bytes(Ether(dst=mac_str(f["dst"]), src=mac_str(f["src"]), type=f["ethertype"]))
 
 
 def _scapy_vlan(f):
