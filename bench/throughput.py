@@ -29,7 +29,7 @@ __all__ = ["CLOCK_MHZ", "measure", "main"]
 
 
 def _workload(kind, width):
-    from sim.traffic import QPSetup, WorkItem
+    from sim.bfm import QPSetup, WorkItem
     qps = [QPSetup(index=0, remote_qpn=0x11, remote_mac=0x02_00_00_00_00_02,
                    remote_ip=0x0A000002, start_psn=0xFFFF00, pmtu=4096 if kind == "64k" else 1024)]
     if kind == "latency":

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roce_hw import proto
-from sim.traffic import qp_context
+from sim.bfm import qp_context
 
 __all__ = ["QUIET_CYCLES", "READY_PATTERN", "RESET_CYCLES", "IVERILOG_STDS", "CosimError",
            "CosimToolMissing",

@@ -11,7 +11,8 @@ from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.model.icrc import frame_icrc_ok
 from sim import cosim
-from sim.traffic import QPSetup, WorkItem, expected_frames
+from sim.bfm import QPSetup, WorkItem
+from sim.traffic import expected_frames
 
 __all__ = []
 

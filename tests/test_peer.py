@@ -628,7 +628,8 @@ def test_tx_engine_frames_accepted(width):
     """The simulated TX engine's output (sim.traffic.run_traffic) through the responder."""
     from roce_hw.config import EngineConfig
     from roce_hw.proto import WrOpcode
-    from sim.traffic import QPSetup, WorkItem, run_traffic
+    from sim.bfm import QPSetup, WorkItem
+    from sim.traffic import run_traffic
     rng = random.Random(width)
     qps = [QPSetup(index=0, remote_qpn=QPN, remote_mac=0x02000000000B, remote_ip=0x0A000002,
                    start_psn=EPSN, pmtu=1024, udp_sport=SPORT)]
