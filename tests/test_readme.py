@@ -315,3 +315,22 @@ def test_status_table_one_line_per_feature():
     for issue in ("issue 34", "issue 35", "issue 36"):
         assert issue in states
     assert all(len(r) == 2 and r[1] for r in rows)
+
+
+# -- the Verilator configuration -----------------------------------------------------------------
+
+@pytest.mark.parametrize("top", ["roce_tx", "roce_engine"])
+def test_vlt_makes_every_port_public(top):
+    """docs/verilator/<top>.vlt names the top module, and its patterns cover every port and
+    only ports' names (the internal signals of the top module are Amaranth's dotted names and
+    ``_NN_`` wires, which none of them match; a Verilator build checked that, docs/verilator.md)."""
+    import fnmatch
+    text = _read(DOCS / "verilator" / f"{top}.vlt")
+    rules = re.findall(r'^public_flat_rw -module "([^"]+)" -var "([^"]+)"$', text, re.M)
+    assert rules and {module for module, _ in rules} == {top}
+    ports = _tops()[top]
+    patterns = [var for _, var in rules]
+    for port in ports:
+        assert any(fnmatch.fnmatchcase(port, p) for p in patterns), port
+    for p in patterns:
+        assert any(fnmatch.fnmatchcase(port, p) for port in ports), p
