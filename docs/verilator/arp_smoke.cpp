@@ -3,7 +3,7 @@
 // request for its IP on s_axis_rx and check that the ARP reply leaves on m_axis_tx.
 // Build and run (docs/verilator.md):
 //   verilator --cc --exe --build -j 2 --top-module roce_engine \
-//       roce_engine.v docs/verilator/roce_engine.vlt docs/verilator/arp_smoke.cpp
+//       roce_engine.v build/roce_engine_64/roce_engine.vlt docs/verilator/arp_smoke.cpp
 //   obj_dir/Vroce_engine        # prints the reply, exits 0 if it is right
 #include <cstdint>
 #include <cstdio>
