@@ -176,6 +176,12 @@ def test_generate_api_writes_the_same_as_build_py(tmp_path):
     assert path.read_text() == (tmp_path / "cli" / "my_tx.v").read_text()
     assert (tmp_path / "api" / "my_tx_ports.txt").read_text() == \
         (tmp_path / "cli" / "my_tx_ports.txt").read_text()
+    # and the Verilator configuration: only the ports of module my_tx public
+    vlt = (tmp_path / "cli" / "my_tx.vlt").read_text()
+    assert vlt == (tmp_path / "api" / "my_tx.vlt").read_text()
+    ports = [line.split()[-1] for line in
+             (tmp_path / "cli" / "my_tx_ports.txt").read_text().splitlines()[1:]]
+    assert vlt.splitlines()[2:] == [f'public_flat_rw -module "my_tx" -var "{p}"' for p in ports]
 
 
 def test_build_py_is_a_thin_cli():
