@@ -211,9 +211,10 @@ class RoceEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), mux.s0_i)
         wiring.connect(m, gen.wr, mux.s1_wr)
         wiring.connect(m, gen.i, mux.s1_i)
+        wiring.connect(m, wiring.flipped(self.resume), mux.s0_resume)
         wiring.connect(m, mux.wr, txe.wr)
+        wiring.connect(m, mux.resume, txe.resume)
         wiring.connect(m, mux.i, txe.i)
-        wiring.connect(m, wiring.flipped(self.resume), txe.resume)
         wiring.connect(m, txe.status, wiring.flipped(self.status))
         wiring.connect(m, wiring.flipped(self.ip_id_load), txe.ip_id_load)
 
