@@ -197,7 +197,9 @@ def check_runs(res, script):
     cmds = [a[1] for a in script if a[0] == "start"]
     assert len(starts) == len(cmds)
     bounds = [s[0] for s in starts] + [1 << 60]
+    # `sent` counts every request posted since reset (a start does not clear it)
     sent_after = [s[2] for s in starts[1:]] + [res["sent"]]
+    sent_total = starts[0][2] if starts else 0
     counts = []
     for r, cmd in enumerate(cmds):
         lo, hi = bounds[r], bounds[r + 1]
@@ -212,7 +214,9 @@ def check_runs(res, script):
             assert k <= cmd.count
             assert all(offer <= stop for _, offer, _ in wrs), \
                 f"run {r}: a request offered after the stop in cycle {stop}"
-        assert sent_after[r] == k, f"run {r}: sent = {sent_after[r]}, {k} taken"
+        sent_total = (sent_total + k) & 0xFFFF_FFFF
+        assert sent_after[r] == sent_total, \
+            f"run {r}: sent = {sent_after[r]}, {k} taken, {sent_total} in all"
         want = generator_messages(cmd, k)
         for n, ((got, offer, take), (exp, _)) in enumerate(zip(wrs, want)):
             assert got == exp, f"run {r}, request {n}: {got} != {exp}"
@@ -233,6 +237,20 @@ def check_runs(res, script):
             assert not res["busy"][hi], "start taken while busy"
     assert not res["busy"][-1]
     return counts
+
+
+def test_sent_counts_over_runs():
+    """Bug 6 (regression): ``sent`` (the engine's ``counters_tx_gen_sent``) is a wrapping
+    count of every request posted since reset: runs of 4, 2 and 1 messages read 4, 6, 7 (it
+    read 4, 2, 1: cleared by every start)."""
+    config = EngineConfig(data_width=64, n_qp=4)
+    script = []
+    for count in (4, 2, 1):
+        script += [("start", GenCommand(qp=1, opcode=int(WO.SEND), length=9, count=count)),
+                   ("idle",)]
+    res = run_generator(config, script, seed=6, p_wr=0.3, p_i=0.3)
+    assert [c[2] for c in res["cmds"]] == [0, 4, 6] and res["sent"] == 7
+    assert check_runs(res, script) == [4, 2, 1]
 
 
 def lengths(width, rng, count):
