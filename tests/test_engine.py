@@ -484,3 +484,45 @@ def test_resumes_wrs_and_generator_mix(width):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_resumes_wrs_and_generator_mix_more(width, seed):
     _mix(width, seed=1000 * seed + width, count=24)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_wr_latency_is_documented(width):
+    """A WR transferred with the engine idle and its payload waiting: first beat on ``tx``
+    exactly ``TxEngine.latency + 2`` cycles later (RoceEngine's docstring), a resume (packet 0
+    of the same message) later than that."""
+    from roce_hw.engine import TxEngine
+    from sim.traffic import QPSetup, qp_context
+    cfg = EngineConfig(data_width=width, n_qp=4)
+    q = QPSetup(index=1, remote_qpn=0x22, remote_mac=0x02_00_00_00_00_22,
+                remote_ip=0x0A_00_00_22, pmtu=1024)
+    lat = {}
+    for kind in ("wr", "resume"):
+        dut = RoceEngine(cfg)
+        f = _fields(random.Random(1), 1, WO.SEND, 64)
+        if kind == "resume":
+            f.update(start_packet=0, start_psn=5)
+
+        async def tb(ctx, dut=dut, f=f, kind=kind):
+            ctx.set(dut.local_mac, LOCAL_MAC)
+            ctx.set(dut.local_ip, LOCAL_IP)
+            await stream_put(ctx, dut.qp_mgmt_req, {"qp": 1, "write": 1, "ctx": qp_context(q)})
+            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            await ctx.tick().repeat(20)               # the payload waits on i meanwhile
+            port = getattr(dut, kind)
+            await stream_put(ctx, port, f)
+            ctx.set(dut.tx.ready, 1)
+            n = 0
+            while True:
+                n += 1
+                _, _, valid = await ctx.tick().sample(dut.tx.valid)
+                if valid:
+                    break
+            lat[kind] = n
+
+        async def payload(ctx, dut=dut):
+            await send_packet(ctx, dut.i, bytes(range(64)), width)
+
+        run_simulation(dut, [tb, payload], cycles=2000)
+    assert lat["wr"] == TxEngine(cfg).latency + 2
+    assert lat["resume"] > lat["wr"]
