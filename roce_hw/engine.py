@@ -127,9 +127,10 @@ class RoceEngine(wiring.Component):
 
     Latency: a WR transferred on ``wr`` in cycle 0 (engine idle, payload valid) has its first
     beat on ``tx`` in cycle :attr:`TxEngine.latency` + 2 (the WR mux's register and the frame
-    arbiter's; 10 at 64 and 512 bits, measured by ``tests/test_engine.py``); a resume about 9
-    cycles more (the segmenter works out where the message resumes); CM datagram -> reply some
-    tens of cycles (OPEN_QP without a QP number about ``4 * n_qp`` more: it reads the table).
+    arbiter's; 10 at 64 and 512 bits, measured by ``tests/test_engine.py``); a resume 8 to 9
+    cycles more (the segmenter works out where the message resumes: 18 at 64 bits, 19 at 512
+    measured); CM datagram -> reply some tens of cycles (OPEN_QP without a QP number about
+    ``4 * n_qp`` more: it reads the table).
     Throughput: the TX engine's (one beat per cycle), shared by the user's and the generator's
     requests; a reply frame delays data frames by at most one reply frame.
     Backpressure: ``tx`` stalls the data frames and replies; ``wr``, ``resume`` and ``i`` wait
