@@ -115,18 +115,28 @@ class RoceEngine(wiring.Component):
       round robin, one request outstanding), and starts/stops the traffic generator.
     * :class:`~roce_hw.ctrl.reply.ReplyBuilder` builds the ARP and CM reply frames.
     * :class:`~roce_hw.ctrl.generator.TrafficGenerator` posts WRs and their payload on an RTS QP
-      when a txmeta datagram asks; :class:`~roce_hw.ctrl.wrmux.WrMux` merges them with the user's
-      ``wr``/``i`` (round robin per WR).
+      when a txmeta datagram asks; :class:`~roce_hw.ctrl.wrmux.WrMux` merges them with the
+      user's ``wr``, ``resume`` and ``i``: one request at a time, round robin between the user
+      and the generator, a user resume before a user WR offered in the same cycle; the TX
+      engine takes the requests in that order and reads the payload packets in it.
     * :class:`~roce_hw.engine.TxEngine` sends; :class:`~roce_hw.lib.arbiter.FrameArbiter`
       merges its frames with the reply frames at frame boundaries onto ``tx`` (a reply delays a
       data frame by at most one reply frame, 60-106 bytes).
     * Received RoCEv2 frames (ACKs) are checked and counted; acting on them is the reliability
       issue's work.
 
-    Latencies are those of the blocks: WR -> first beat on ``tx`` as
-    :attr:`TxEngine.latency` plus the WR mux and frame
-    arbiter stages; CM datagram -> reply some tens of cycles (OPEN_QP without a QP number
-    about ``4 * n_qp`` more: it reads the table).
+    Latency: a WR transferred on ``wr`` in cycle 0 (engine idle, payload valid) has its first
+    beat on ``tx`` in cycle :attr:`TxEngine.latency` + 2 (the WR mux's register and the frame
+    arbiter's; 10 at 64 and 512 bits, measured by ``tests/test_engine.py``); a resume 8 to 9
+    cycles more (the segmenter works out where the message resumes: 18 at 64 bits, 19 at 512
+    measured); CM datagram -> reply some tens of cycles (OPEN_QP without a QP number about
+    ``4 * n_qp`` more: it reads the table).
+    Throughput: the TX engine's (one beat per cycle), shared by the user's and the generator's
+    requests; a reply frame delays data frames by at most one reply frame.
+    Backpressure: ``tx`` stalls the data frames and replies; ``wr``, ``resume`` and ``i`` wait
+    while the TX engine does (through the WR mux: a stalled ``i`` holds ``wr`` and ``resume``
+    once 8 granted requests wait for their payload); ``rx`` never waits (full receive queues
+    drop and count).
 
     Members
     -------
@@ -137,7 +147,15 @@ class RoceEngine(wiring.Component):
     rx_other : ``Out(stream.Signature(frame_layout(W)))`` (``config.rx_other`` only)
         Received frames not for the engine, unchanged.
     wr, resume, i, status : as :class:`~roce_hw.engine.TxEngine`'s
-        The user's work requests (merged with the generator's), resumes, payload, reports.
+        The user's work requests and resume requests (both through the WR mux, merged with the
+        generator's requests), their payload packets, and the reports. The payload packets on
+        ``i`` follow the order of the user's own requests of both kinds as they were
+        transferred (a resume before a WR transferred in the same cycle), one per request with
+        ``length`` > 0. A resume must name a packet of its message (``start_packet * PMTU`` <
+        ``length``, or ``start_packet`` = 0): the TX engine refuses one that does not and reads
+        no payload for it, which the WR mux cannot tell (see
+        :class:`~roce_hw.ctrl.wrmux.WrMux`). Do not post user requests on the QP the generator
+        runs on: the reports do not name their source.
     qp_mgmt_req, qp_mgmt_rsp : as :class:`~roce_hw.engine.TxEngine`'s
         The user's management port of the QP table (shared with the CM).
     local_mac : ``In(48)``, local_ip : ``In(32)``
@@ -211,9 +229,10 @@ class RoceEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), mux.s0_i)
         wiring.connect(m, gen.wr, mux.s1_wr)
         wiring.connect(m, gen.i, mux.s1_i)
+        wiring.connect(m, wiring.flipped(self.resume), mux.s0_resume)
         wiring.connect(m, mux.wr, txe.wr)
+        wiring.connect(m, mux.resume, txe.resume)
         wiring.connect(m, mux.i, txe.i)
-        wiring.connect(m, wiring.flipped(self.resume), txe.resume)
         wiring.connect(m, txe.status, wiring.flipped(self.status))
         wiring.connect(m, wiring.flipped(self.ip_id_load), txe.ip_id_load)
 

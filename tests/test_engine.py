@@ -12,15 +12,17 @@ from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.engine import RoceEngine
 from roce_hw.model.cm import CmModel, generator_messages, reply_frame, request_frame
+from roce_hw.model.packet import build_request_frame
 from roce_hw.model.requester import RequesterModel
 from sim.harness import run_simulation
-from sim.stream import recv_packet, send_packet
+from sim.stream import recv_packet, send_packet, stream_put
 
 LOCAL_MAC = 0x02_00_00_00_00_01
 LOCAL_IP = 0x0A_00_00_01
 HOST_MAC = 0x02_00_00_00_00_02
 HOST_IP = 0x0A_00_00_02
 BROADCAST = (1 << 48) - 1
+WO = proto.WrOpcode
 
 
 def arp_request(target_ip, *, sender_mac=HOST_MAC, sender_ip=HOST_IP, dst=BROADCAST):
@@ -227,3 +229,300 @@ def test_other_traffic_at_full_tx_rate(width):
     assert data_cycles[0] < window[0] and window[1] < data_cycles[-1], (window, data_cycles[0])
     assert len(data_cycles) == data_cycles[-1] - data_cycles[0] + 1, \
         "idle cycles inside the data traffic"
+
+
+# ------------------------------------------------------------------------------ resumes, WRs
+# and the generator through the whole engine (issue 33, item 1.1: RoceEngine's resume port)
+
+def _bth_dest_qp(frame):
+    return proto.BTH.unpack(frame, proto.ETH.size + proto.IPV4.size + proto.UDP.size)["dest_qp"]
+
+
+def run_requests(width, qps, items, *, txmeta=None, seed=0, p=0.0, cycles=None):
+    """Run RoceEngine with the user's QPs ``qps`` (QPSetup, written on ``qp_mgmt_req``) and
+    requests ``items`` (``("wr" | "resume", fields, whole message, bytes given on i)``, posted
+    in order on ``wr``/``resume``, their payloads on ``i``), and, with ``txmeta`` = ``(tx_flags,
+    length, count, period)``, a generator run started by a CM datagram (after a CM OPEN and
+    MODIFY of QP 0, while the user's requests go in). Random idle on every input and
+    backpressure on ``tx`` with probability ``p``.
+
+    Every data frame is checked against the requester model (:class:`RequesterModel`: the
+    user's requests in their order per QP, the generator's messages from the CM model): its
+    QP's next expected packet, built with the IPv4 identification of its position on ``tx``.
+    The frames of different QPs may interleave in any order (arbitration). Returns a dict with
+    the data frames, the statuses, the counters and the model."""
+    from sim.traffic import qp_context
+
+    cfg = EngineConfig(data_width=width, n_qp=4)
+    dut = RoceEngine(cfg)
+    rng = random.Random(seed)
+    rngs = [random.Random(rng.getrandbits(32)) for _ in range(4)]
+    cm = CmModel(cfg.n_qp, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, cm_pmtu=cfg.cm_pmtu,
+                 ttl=cfg.ttl)
+    model = RequesterModel(n_qp=cfg.n_qp, ack_req_every=cfg.ack_req_every, ttl=cfg.ttl,
+                           ip_id_start=cfg.ip_id_start, local_mac=LOCAL_MAC,
+                           local_ip=LOCAL_IP)
+    want = {}                   # remote QPN -> [(QPPath, PacketSpec)], in order
+
+    def post(qp, **kw):
+        row = model.qps.rows[qp]
+        for s in model.post(qp=qp, **kw):
+            assert s.frame is not None
+            want.setdefault(row["remote_qpn"], []).append((model.path(row), s.packet))
+
+    for q in qps:
+        assert q.index != 0, "QP 0 is the CM's"
+        model.write_qp(q.index, qp_context(q))
+    for kind, f, body, _ in items:
+        extra = {"start_packet": f["start_packet"], "start_psn": f["start_psn"]} \
+            if kind == "resume" else {}
+        post(f["qp"], opcode=f["opcode"], payload=body, length=f["length"], wr_id=f["wr_id"],
+             remote_addr=f["remote_addr"], r_key=f["r_key"], imm=f["imm"],
+             solicited=bool(f["solicited"]), **extra)
+
+    dgrams, want_replies = [], []
+    if txmeta is not None:
+        psn = rng.getrandbits(24)
+        for d in (ref_dgram(1, loc_qpn=0x11, loc_psn=5),
+                  ref_dgram(3, loc_qpn=0x11, loc_psn=5, rem_qpn=256, rem_psn=psn),
+                  ref_dgram(0, loc_qpn=0x11, rem_qpn=256, tx=txmeta)):
+            reply = cm.handle(d, HOST_MAC, HOST_IP, proto.CM_REPLY_UDP_PORT)
+            want_replies.append(reply_frame(reply, local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                                            ttl=cfg.ttl))
+            dgrams.append(cm_frame(d))
+        gen = cm.generator
+        assert gen is not None and gen.qp == 0
+        model.write_qp(gen.qp, cm.rows[gen.qp])
+        for msg in generator_messages(gen):
+            post(gen.qp, opcode=msg["opcode"], payload=msg["payload"], wr_id=msg["wr_id"],
+                 remote_addr=msg["remote_addr"], r_key=msg["r_key"], imm=msg["imm"] or 0)
+    n_data = sum(len(v) for v in want.values())
+    n_gen = sum(1 for _ in generator_messages(cm.generator)) if txmeta is not None else 0
+    st = {"setup": False, "cm_up": txmeta is None}
+    res = {"tx": [], "statuses": []}
+    if cycles is None:
+        total = sum(len(body) for _, _, body, _ in items) + (txmeta[1] * txmeta[2]
+                                                            if txmeta else 0)
+        cycles = 3000 + 3000 * bool(txmeta) + (8 if p else 2) * (total // (width // 8)
+                                                                 + 60 * (len(items) + n_gen))
+
+    async def cm_host(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        for k, frame in enumerate(dgrams):
+            if k == 2:
+                st["cm_up"] = True        # the user's requests start; the run starts soon
+                await ctx.tick().repeat(rngs[0].randrange(1, 60))
+            await send_packet(ctx, dut.rx, frame, width, rng=rngs[0], p_idle=p)
+            if k < 2:
+                await ctx.tick().repeat(400)      # a host waits for the reply
+
+    async def user(ctx):
+        for q in qps:
+            await stream_put(ctx, dut.qp_mgmt_req, {"qp": q.index, "write": 1,
+                                                    "ctx": qp_context(q)})
+            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            await ctx.tick().until(dut.qp_mgmt_rsp.valid)
+            ctx.set(dut.qp_mgmt_rsp.ready, 0)
+        st["setup"] = True
+        while not st["cm_up"]:
+            await ctx.tick()
+        for kind, f, _, _ in items:
+            await stream_put(ctx, dut.resume if kind == "resume" else dut.wr, f,
+                             rng=rngs[1], p_idle=p)
+
+    async def payload(ctx):
+        while not (st["setup"] and st["cm_up"]):
+            await ctx.tick()
+        for _, _, _, given in items:
+            if given:
+                await send_packet(ctx, dut.i, given, width, rng=rngs[2], p_idle=p)
+
+    async def tx_sink(ctx):
+        while len(res["tx"]) < n_data + len(want_replies):
+            res["tx"].append(await recv_packet(ctx, dut.tx, width, rng=rngs[3], p_stall=p))
+
+    async def status(ctx):
+        ctx.set(dut.status.ready, 1)
+        async for _, _, valid, pl, cnt in ctx.tick().sample(dut.status.valid, dut.status.payload,
+                                                            dut.counters):
+            if valid:
+                res["statuses"].append({"wr_id": int(pl.wr_id), "qp": int(pl.qp),
+                                        "status": int(pl.status)})
+            res["counters"] = cnt
+
+    try:
+        run_simulation(dut, [cm_host, user, payload, tx_sink], [status], cycles=cycles,
+                       vcd_name=f"engine_requests_{width}")
+    except TimeoutError as exc:
+        got = sum(1 for f in res["tx"] if not is_reply(f))
+        raise TimeoutError(f"{exc}: {got} of {n_data} data frames on tx") from None
+    replies = [f for f in res["tx"] if is_reply(f)]
+    data = [f for f in res["tx"] if not is_reply(f)]
+    assert replies == want_replies
+    left = {qpn: list(v) for qpn, v in want.items()}
+    for k, frame in enumerate(data):
+        qpn = _bth_dest_qp(frame)
+        assert left.get(qpn), f"frame {k}: unexpected frame for QPN {qpn:#x}"
+        path, pkt = left[qpn].pop(0)
+        exp = build_request_frame(path, pkt, ip_id=(cfg.ip_id_start + k) & 0xFFFF)
+        assert frame == exp, (f"frame {k} (QPN {qpn:#x}, PSN {pkt.psn}, {pkt.opcode!r})\n"
+                              f" got {frame.hex()}\nwant {exp.hex()}")
+    assert not any(left.values())
+    res.update(data=data, model=model, want=want, n_gen=n_gen)
+    return res
+
+
+def _fields(rng, qp, opcode, length, **kw):
+    f = {"wr_id": rng.getrandbits(64), "opcode": int(opcode), "qp": qp,
+         "remote_addr": rng.getrandbits(64), "r_key": rng.getrandbits(32), "length": length,
+         "imm": rng.getrandbits(32), "signaled": 1, "solicited": rng.randrange(2)}
+    f.update(kw)
+    return f
+
+
+def _scapy_resume(frames, body, start_packet, start_psn, pmtu):
+    """scapy's reading of a resumed message's frames: PSNs from ``start_psn``, MIDDLE/LAST (no
+    RETH) past packet 0, the message's bytes from ``start_packet * pmtu`` on."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.l2 import Ether
+    got = b""
+    for k, frame in enumerate(frames):
+        bth = Ether(frame)[BTH]
+        name = bth.sprintf("%BTH.opcode%")
+        assert bth.psn == (start_psn + k) & proto.PSN_MASK
+        last = k == len(frames) - 1
+        kind = ("ONLY" if last else "FIRST") if start_packet + k == 0 else \
+            ("LAST" if last else "MIDDLE")
+        assert name.startswith("RC_") and kind in name, (k, name)
+        rest = bytes(bth.payload)
+        if "WRITE" in name and ("FIRST" in name or "ONLY" in name):
+            rest = rest[proto.RETH.size:]
+        if "IMMEDIATE" in name:
+            rest = rest[proto.IMMDT.size:]
+        got += rest[:len(rest) - bth.padcount]
+    assert got == body[start_packet * pmtu:]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_resume_through_the_engine(width):
+    """Issue 33, item 1.1 (regression): a resume on RoceEngine's ``resume`` port (QP in RTS,
+    PMTU 256; RDMA_WRITE_WITH_IMM of 773 bytes, imm 0xAB, resumed at packet 2 with its 261
+    payload bytes) goes out at once, and so does the WR after it (before the fix the resume's
+    payload never passed the WR mux: nothing was sent, and the payload path stayed one
+    request behind). Frames against the requester model and scapy."""
+    from sim.traffic import QPSetup
+    rng = random.Random(33)
+    q = QPSetup(index=1, remote_qpn=0x0ABCDE, remote_mac=0x02_00_00_00_00_42,
+                remote_ip=0x0A_00_00_42, udp_sport=0xC123, start_psn=1000, pmtu=256)
+    body = rng.randbytes(773)
+    psn = 0x123456
+    resume = _fields(rng, 1, WO.RDMA_WRITE_WITH_IMM, 773, imm=0xAB, solicited=0,
+                     start_packet=2, start_psn=psn)
+    wr_body = rng.randbytes(300)
+    wr = _fields(rng, 1, WO.SEND, 300)
+    items = [("resume", resume, body, body[2 * 256:]), ("wr", wr, wr_body, wr_body)]
+    assert len(items[0][3]) == 261
+    res = run_requests(width, [q], items, cycles=6000)
+    data = res["data"]
+    assert len(data) == 2 + 2
+    _scapy_resume(data[:2], body, 2, psn, 256)
+    assert res["statuses"] == []
+
+
+
+def _mix(width, seed, *, count=14, p=0.2):
+    """A seeded random mix on RoceEngine: the user's WRs and resumes (start packets inside
+    their messages, at packet 0 too; lengths 0, 1, PMTU +- 1, several packets) on three QPs of
+    random PMTUs, and a generator run started by a CM datagram meanwhile; random idle and
+    backpressure. Everything on ``tx`` equals the models, nothing is refused."""
+    from sim.traffic import QPSetup
+    rng = random.Random(seed)
+    pmtus = [256, 512, 1024, 2048]
+    qps = [QPSetup(index=k, remote_qpn=0x100 * k + rng.randrange(0x100),
+                   remote_mac=0x02_00_00_00_01_00 + k, remote_ip=0x0A_00_01_00 + k,
+                   udp_sport=0xC000 + k, start_psn=rng.choice([rng.getrandbits(24), 0xFFFFFE]),
+                   pmtu=rng.choice(pmtus)) for k in (1, 2, 3)]
+    items = []
+    for _ in range(count):
+        q = rng.choice(qps)
+        op = rng.choice(list(WO)[:4])
+        if rng.random() < 0.45:
+            n = rng.choice([rng.randrange(q.pmtu + 1, 3 * q.pmtu + 7), rng.randrange(1, q.pmtu),
+                            0, q.pmtu])
+            npk = max(1, -(-n // q.pmtu))
+            j = rng.randrange(npk)
+            body = rng.randbytes(n)
+            f = _fields(rng, q.index, op, n, start_packet=j,
+                        start_psn=rng.choice([rng.getrandbits(24), 0xFFFFFF]))
+            items.append(("resume", f, body, body[j * q.pmtu:]))
+        else:
+            n = rng.choice([0, 1, q.pmtu - 1, q.pmtu, q.pmtu + 1, rng.randrange(3 * q.pmtu)])
+            body = rng.randbytes(n)
+            items.append(("wr", _fields(rng, q.index, op, n), body, body))
+    assert {k for k, *_ in items} == {"wr", "resume"}
+    txmeta = (0b011 | rng.randrange(2) << 2 | rng.randrange(2) << 3,
+              rng.choice([1, 700, 1500, 2500]), rng.randrange(3, 7), rng.choice([0, 0, 30]))
+    res = run_requests(width, qps, items, txmeta=txmeta, seed=seed, p=p)
+    assert res["statuses"] == []
+    c = res["counters"]
+    assert (c.tx.frames, c.tx.frames_aborted, c.tx.wrs_refused) == (len(res["data"]), 0, 0)
+    assert c.tx.gen_sent == res["n_gen"] == txmeta[2]
+    # the generator's frames and the user's really interleaved on tx
+    gen = [k for k, f in enumerate(res["data"]) if _bth_dest_qp(f) == 0x11]
+    assert gen and gen[0] < len(res["data"]) - len(gen), "no interleaving"
+    return res
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_resumes_wrs_and_generator_mix(width):
+    _mix(width, seed=3300 + width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_resumes_wrs_and_generator_mix_more(width, seed):
+    _mix(width, seed=1000 * seed + width, count=24)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_wr_latency_is_documented(width):
+    """A WR transferred with the engine idle and its payload waiting: first beat on ``tx``
+    exactly ``TxEngine.latency + 2`` cycles later (RoceEngine's docstring), a resume (packet 0
+    of the same message) later than that."""
+    from roce_hw.engine import TxEngine
+    from sim.traffic import QPSetup, qp_context
+    cfg = EngineConfig(data_width=width, n_qp=4)
+    q = QPSetup(index=1, remote_qpn=0x22, remote_mac=0x02_00_00_00_00_22,
+                remote_ip=0x0A_00_00_22, pmtu=1024)
+    lat = {}
+    for kind in ("wr", "resume"):
+        dut = RoceEngine(cfg)
+        f = _fields(random.Random(1), 1, WO.SEND, 64)
+        if kind == "resume":
+            f.update(start_packet=0, start_psn=5)
+
+        async def tb(ctx, dut=dut, f=f, kind=kind):
+            ctx.set(dut.local_mac, LOCAL_MAC)
+            ctx.set(dut.local_ip, LOCAL_IP)
+            await stream_put(ctx, dut.qp_mgmt_req, {"qp": 1, "write": 1, "ctx": qp_context(q)})
+            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            await ctx.tick().repeat(20)               # the payload waits on i meanwhile
+            port = getattr(dut, kind)
+            await stream_put(ctx, port, f)
+            ctx.set(dut.tx.ready, 1)
+            n = 0
+            while True:
+                n += 1
+                _, _, valid = await ctx.tick().sample(dut.tx.valid)
+                if valid:
+                    break
+            lat[kind] = n
+
+        async def payload(ctx, dut=dut):
+            await send_packet(ctx, dut.i, bytes(range(64)), width)
+
+        run_simulation(dut, [tb, payload], cycles=2000)
+    assert lat["wr"] == TxEngine(cfg).latency + 2
+    assert lat["resume"] > lat["wr"]

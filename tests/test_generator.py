@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""TrafficGenerator and WrMux: requests and payloads against roce_hw.model.generator, stop,
-period and rates; the generator -> WrMux -> TxEngine chain against the requester model."""
+"""TrafficGenerator: requests and payloads against roce_hw.model.generator, stop, period, rates
+and the ``sent`` count; the generator -> WrMux -> TxEngine chain against the requester model
+(WrMux alone: tests/test_wrmux.py)."""
 
 import copy
 import random
@@ -197,7 +198,9 @@ def check_runs(res, script):
     cmds = [a[1] for a in script if a[0] == "start"]
     assert len(starts) == len(cmds)
     bounds = [s[0] for s in starts] + [1 << 60]
+    # `sent` counts every request posted since reset (a start does not clear it)
     sent_after = [s[2] for s in starts[1:]] + [res["sent"]]
+    sent_total = starts[0][2] if starts else 0
     counts = []
     for r, cmd in enumerate(cmds):
         lo, hi = bounds[r], bounds[r + 1]
@@ -212,7 +215,9 @@ def check_runs(res, script):
             assert k <= cmd.count
             assert all(offer <= stop for _, offer, _ in wrs), \
                 f"run {r}: a request offered after the stop in cycle {stop}"
-        assert sent_after[r] == k, f"run {r}: sent = {sent_after[r]}, {k} taken"
+        sent_total = (sent_total + k) & 0xFFFF_FFFF
+        assert sent_after[r] == sent_total, \
+            f"run {r}: sent = {sent_after[r]}, {k} taken, {sent_total} in all"
         want = generator_messages(cmd, k)
         for n, ((got, offer, take), (exp, _)) in enumerate(zip(wrs, want)):
             assert got == exp, f"run {r}, request {n}: {got} != {exp}"
@@ -233,6 +238,20 @@ def check_runs(res, script):
             assert not res["busy"][hi], "start taken while busy"
     assert not res["busy"][-1]
     return counts
+
+
+def test_sent_counts_over_runs():
+    """Bug 6 (regression): ``sent`` (the engine's ``counters_tx_gen_sent``) is a wrapping
+    count of every request posted since reset: runs of 4, 2 and 1 messages read 4, 6, 7 (it
+    read 4, 2, 1: cleared by every start)."""
+    config = EngineConfig(data_width=64, n_qp=4)
+    script = []
+    for count in (4, 2, 1):
+        script += [("start", GenCommand(qp=1, opcode=int(WO.SEND), length=9, count=count)),
+                   ("idle",)]
+    res = run_generator(config, script, seed=6, p_wr=0.3, p_i=0.3)
+    assert [c[2] for c in res["cmds"]] == [0, 4, 6] and res["sent"] == 7
+    assert check_runs(res, script) == [4, 2, 1]
 
 
 def lengths(width, rng, count):
@@ -350,148 +369,22 @@ def test_checks_can_fail():
         check_runs(bad, script)
 
 
-# ------------------------------------------------------------------------------ WrMux alone
-
-def run_mux(config, srcs, *, seed=0, p_idle=0.3, p_stall=0.3, depth=8):
-    """``srcs[k]``: list of (wr fields, payload bytes). Returns (output wrs, output packets,
-    wr cycles per source)."""
-    dut = WrMux(config, depth=depth)
-    w = config.data_width
-    rng = random.Random(seed)
-    rngs = [random.Random(rng.getrandbits(32)) for _ in range(6)]
-    ports = ((dut.s0_wr, dut.s0_i), (dut.s1_wr, dut.s1_i))
-    total_wr = sum(len(s) for s in srcs)
-    total_pk = sum(1 for s in srcs for _, p in s if p)
-    res = {"wrs": [], "pkts": [], "valid": [], "beats": []}
-
-    def wr_tb(k):
-        async def tb(ctx):
-            for fields, _ in srcs[k]:
-                await stream_put(ctx, ports[k][0], fields, rng=rngs[k], p_idle=p_idle)
-        return tb
-
-    def i_tb(k):
-        async def tb(ctx):
-            for _, payload in srcs[k]:
-                if payload:
-                    await send_packet(ctx, ports[k][1], payload, w, rng=rngs[2 + k],
-                                      p_idle=p_idle)
-        return tb
-
-    async def out_tb(ctx):
-        cycle, cur, index = 0, bytearray(), 0
-        while len(res["wrs"]) < total_wr or len(res["pkts"]) < total_pk:
-            wr_rdy = not (p_stall and rngs[4].random() < p_stall)
-            i_rdy = not (p_stall and rngs[5].random() < p_stall)
-            ctx.set(dut.wr.ready, wr_rdy)
-            ctx.set(dut.i.ready, i_rdy)
-            _, _, wv, wp, iv, ip, v0, v1 = await ctx.tick().sample(
-                dut.wr.valid, dut.wr.payload, dut.i.valid, dut.i.payload, dut.s0_wr.valid,
-                dut.s1_wr.valid)
-            res["valid"].append((bool(v0), bool(v1)))
-            if wv and wr_rdy:
-                res["wrs"].append((wr_dict(wp), cycle))
-            if iv and i_rdy:
-                error = framing_error(index, ip.keep, ip.first, ip.last, w // 8)
-                assert error is None, error
-                cur += int(ip.data).to_bytes(w // 8, "little")[:int(ip.keep).bit_length()]
-                index += 1
-                res["beats"].append(cycle)
-                if ip.last:
-                    res["pkts"].append(bytes(cur))
-                    cur, index = bytearray(), 0
-            cycle += 1
-
-    run_simulation(dut, [wr_tb(0), wr_tb(1), i_tb(0), i_tb(1), out_tb],
-                   cycles=4000 + 20 * total_wr * 8, vcd_name="wrmux")
-    return res
-
-
-def mux_sources(rng, config, counts):
-    srcs = []
-    for k, count in enumerate(counts):
-        items = []
-        for j in range(count):
-            length = rng.choice(lengths(config.data_width, rng, 1) + [0, 0])
-            fields = {"wr_id": (k << 62) | j, "opcode": rng.randrange(4),
-                      "qp": rng.randrange(config.n_qp), "remote_addr": rng.randrange(1 << 64),
-                      "r_key": rng.randrange(1 << 32), "length": length,
-                      "imm": rng.randrange(1 << 32), "signaled": rng.randrange(2),
-                      "solicited": rng.randrange(2)}
-            items.append((fields, rng.randbytes(length)))
-        srcs.append(items)
-    return srcs
-
-
-@pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("depth", [1, 8])
-def test_mux_random(width, depth):
-    """Requests of both sources in per-source order, unchanged; payloads whole, in the order of
-    their requests on the output."""
-    rng = random.Random(width + depth)
-    config = EngineConfig(data_width=width, n_qp=4)
-    srcs = mux_sources(rng, config, [12, 12])
-    res = run_mux(config, srcs, seed=depth, depth=depth)
-    got = [wr for wr, _ in res["wrs"]]
-    for k in range(2):
-        assert [wr for wr in got if wr["wr_id"] >> 62 == k] == [f for f, _ in srcs[k]]
-    payload = {f["wr_id"]: p for s in srcs for f, p in s}
-    assert res["pkts"] == [payload[wr["wr_id"]] for wr in got if wr["length"]]
-
-
-@pytest.mark.parametrize("width", FAST)
-def test_mux_round_robin(width):
-    """Both sources always valid and the output always ready: one request per cycle,
-    alternating; a single source alone gets every cycle."""
-    rng = random.Random(width)
-    config = EngineConfig(data_width=width, n_qp=4)
-    srcs = mux_sources(rng, config, [10, 10])
-    for s in srcs:
-        for j, (f, _) in enumerate(s):
-            s[j] = (dict(f, length=0), b"")
-    res = run_mux(config, srcs, p_idle=0, p_stall=0)
-    cycles = [c for _, c in res["wrs"]]
-    assert cycles == list(range(cycles[0], cycles[0] + 20))
-    assert [wr["wr_id"] >> 62 for wr, _ in res["wrs"]] == [0, 1] * 10
-    res = run_mux(config, [srcs[0], []], p_idle=0, p_stall=0)
-    cycles = [c for _, c in res["wrs"]]
-    assert cycles == list(range(cycles[0], cycles[0] + 10))
-    # payloads of one and two beats from both sources: a beat every cycle, in request order
-    nb = width // 8
-    for k, s in enumerate(srcs):
-        for j, (f, _) in enumerate(s):
-            ln = rng.choice([1, nb, nb + 1, 2 * nb])
-            s[j] = (dict(f, length=ln), rng.randbytes(ln))
-    for pair in (srcs, [srcs[0], []]):
-        res = run_mux(config, pair, p_idle=0, p_stall=0)
-        beats = res["beats"]
-        assert beats == list(range(beats[0], beats[0] + len(beats))), "payload bubble"
-        assert res["pkts"] == [p for wr, _ in res["wrs"] for f, p in pair[wr["wr_id"] >> 62]
-                               if f["wr_id"] == wr["wr_id"]]
-
-
-def test_mux_bad_depth():
-    config = EngineConfig(data_width=64)
-    for depth in (0, 65, 2.5, True):
-        with pytest.raises(ValueError):
-            WrMux(config, depth=depth)
-    with pytest.raises(TypeError):
-        WrMux(64)
+# (WrMux alone: tests/test_wrmux.py)
 
 
 # ------------------------------------------------------------------------------ the chain
 
 class Chain(Elaboratable):
-    """TrafficGenerator -> WrMux source 0, the user on source 1, WrMux -> TxEngine (or the
-    user straight into the TxEngine with ``mux=False``)."""
+    """The user on WrMux source 0, TrafficGenerator -> WrMux source 1, WrMux -> TxEngine, as
+    in RoceEngine (or the user straight into the TxEngine with ``mux=False``)."""
 
     def __init__(self, config, *, mux=True):
         self.config = config
         self.mux = WrMux(config) if mux else None
         self.gen = TrafficGenerator(config) if mux else None
         self.eng = TxEngine(config)
-        self.user_wr = self.mux.s1_wr if mux else self.eng.wr
-        self.user_i = self.mux.s1_i if mux else self.eng.i
+        self.user_wr = self.mux.s0_wr if mux else self.eng.wr
+        self.user_i = self.mux.s0_i if mux else self.eng.i
 
     def elaborate(self, platform):
         m = Module()
@@ -499,9 +392,10 @@ class Chain(Elaboratable):
         if self.mux is not None:
             m.submodules.gen = self.gen
             m.submodules.mux = self.mux
-            wiring.connect(m, self.gen.wr, self.mux.s0_wr)
-            wiring.connect(m, self.gen.i, self.mux.s0_i)
+            wiring.connect(m, self.gen.wr, self.mux.s1_wr)
+            wiring.connect(m, self.gen.i, self.mux.s1_i)
             wiring.connect(m, self.mux.wr, self.eng.wr)
+            wiring.connect(m, self.mux.resume, self.eng.resume)
             wiring.connect(m, self.mux.i, self.eng.i)
         return m
 
@@ -700,4 +594,3 @@ def test_mux_keeps_line_rate(width):
 def test_emit(width):
     config = EngineConfig(data_width=width)
     assert "module gen" in emit(TrafficGenerator(config), "gen")
-    assert "module mux" in emit(WrMux(config), "mux")

@@ -76,7 +76,8 @@ class TrafficGenerator(wiring.Component):
     qp : ``Out(qp_index_width)``
         QP index of the current (or last) run.
     sent : ``Out(32)``
-        Requests posted (taken on ``wr``) since the last start.
+        Requests posted (taken on ``wr``) since reset, over every run, wrapping modulo 2**32;
+        a start or stop does not clear it.
 
     Raises
     ------
@@ -218,9 +219,9 @@ class TrafficGenerator(wiring.Component):
             m.d.sync += wait.load(period) + [expired.eq(p_le2)]
         with m.Elif(~expired):
             m.d.sync += wait.advance() + [expired.eq(wait.value == 3)]
-        with m.If(start):
-            m.d.sync += sent.load(0)
-        with m.Elif(taken):
+        # (a count of every request posted since reset, as the counters report it: a start
+        # does not clear it)
+        with m.If(taken):
             m.d.sync += sent.advance()
 
         # ---------------------------------------------------------------- payload

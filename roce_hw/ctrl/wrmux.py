@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Work-request multiplexer: two sources of (work requests, payload packets) -> one TX engine
-input pair."""
+"""Work-request multiplexer: two sources of requests and payload packets (the user's, with
+resumes, and the traffic generator's) -> one TX engine input set."""
 
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -8,38 +8,59 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
 from ..lib.stream import PacketSignature
-from ..verbs import wr_layout
+from ..verbs import resume_layout, wr_layout
 
 __all__ = ["WrMux"]
 
 
 class WrMux(wiring.Component):
-    """Merges two work-request sources (each a ``wr`` stream and its ``i`` payload packets, as
-    the inputs of :class:`roce_hw.engine.TxEngine`) into one pair.
+    """Merges two request sources, each a request stream and its ``i`` payload packets, into
+    the inputs of one :class:`roce_hw.engine.TxEngine` (``wr``, ``resume``, ``i``). Source 0
+    offers work requests (``s0_wr``) and resume requests (``s0_resume``), source 1 work
+    requests only (``s1_wr``).
 
-    Requests: round robin per request between the sources with a request valid (a source
-    offering requests back to back gets every other slot while the other one offers too, every
-    slot while it is alone). Payloads: the payload packet of every granted request with
-    ``length`` > 0 is passed in the order the requests were granted, whole (``first`` to
-    ``last``), never mixing two sources' beats; the sources' payload packets must follow their
-    own request order, as the TX engine requires. A small FIFO (``depth`` entries) keeps the
-    source of each granted request whose payload has not yet fully passed; while it is full no
-    request is granted. A source's payload beats may be offered before or after its request:
-    they wait until the request has been granted and the payloads granted before have passed.
+    Requests. One request is granted per slot, round robin between the sources with a request
+    valid (a source offering back to back gets every other slot while the other one offers
+    too, every slot while it is alone); within source 0 a resume goes before a work request
+    offered in the same cycle, as in the TX engine. The granted request is offered on ``wr``
+    (a work request) or on ``resume`` (a resume), never on both at once: the next one is
+    granted only in the cycle the TX engine takes it. So the TX engine takes the requests in
+    the order they were granted, although it takes ``resume`` before ``wr``: each source's
+    requests keep the order of their transfers, and the payload order below is the TX
+    engine's.
+
+    Payloads. The TX engine reads one payload packet per request it takes with ``length`` > 0
+    (a refused one too: it is drained), in the order it takes them; a resume's packet holds
+    the message's bytes from ``start_packet * PMTU`` on. The mux passes the payload packet of
+    every granted request with ``length`` > 0 in grant order, whole (``first`` to ``last``),
+    never mixing two sources' beats; a source's packets must follow its own request order. A
+    small FIFO (``depth`` entries) keeps the source of each granted request whose payload has
+    not yet fully passed; while it is full no request is granted. A source's payload beats may
+    be offered before or after its request: they wait until the request has been granted and
+    the payloads granted before have passed.
+
+    A resume whose ``start_packet`` is not a packet of its message (``start_packet * PMTU`` >=
+    ``length`` > 0 by the QP's PMTU) is refused by the TX engine, which then reads no payload
+    packet for it, whereas the mux (which does not know the QP's PMTU) counts one for any
+    ``length`` > 0. Such a resume must not be posted here: the payload order of the sources
+    would be wrong from then on. Every other request, refused or not, reads exactly one packet
+    iff ``length`` > 0, as the mux counts.
 
     Status reports. The TX engine's ``status`` reports carry ``wr_id`` and ``qp`` only, not the
     source; the user tells their own reports from the traffic generator's
     (:class:`roce_hw.ctrl.generator.TrafficGenerator`) by QP: do not post user requests on the
     QP the generator runs on (its ``qp`` output while ``busy``).
 
-    Latency: a request transferred on ``s*_wr`` in cycle ``t`` is offered on ``wr`` in cycle
-    ``t + 1``; a payload beat transferred on ``s*_i`` in cycle ``t`` is offered on ``i`` in cycle
-    ``t + 1`` (the earliest a request's first payload beat can pass is the cycle after its
-    request was granted). Throughput: one request and one payload beat per cycle, also across
-    sources and packets (no idle cycle is added for a single busy source at full rate).
-    Backpressure: ``wr`` and ``i`` are registered outputs; ``s*_wr.ready`` is a function of
-    ``wr.ready``, the output and FIFO registers and both sources' ``valid``; ``s*_i.ready`` of
-    ``i.ready`` and registers. A stalled ``i`` stalls requests only once the FIFO is full.
+    Latency: a request transferred on ``s0_wr``, ``s0_resume`` or ``s1_wr`` in cycle ``t`` is
+    offered on ``wr`` or ``resume`` in cycle ``t + 1``; a payload beat transferred on ``s*_i``
+    in cycle ``t`` is offered on ``i`` in cycle ``t + 1`` (the earliest a request's first
+    payload beat can pass is the cycle after its request was granted). Throughput: one request
+    and one payload beat per cycle, also across sources, kinds and packets (no idle cycle is
+    added for a single busy source at full rate; the TX engine itself takes at most a request
+    every other cycle). Backpressure: ``wr``, ``resume`` and ``i`` are registered outputs; the
+    requests' ``ready`` are a function of ``wr.ready``, ``resume.ready``, the output and FIFO
+    registers and the sources' request ``valid``; ``s*_i.ready`` of ``i.ready`` and registers.
+    A stalled ``i`` stalls requests only once the FIFO is full.
 
     Parameters
     ----------
@@ -51,13 +72,17 @@ class WrMux(wiring.Component):
 
     Members
     -------
-    s0_wr, s1_wr : ``In(stream.Signature(wr_layout(config)))``
-        Requests of source 0 and 1.
+    s0_wr : ``In(stream.Signature(wr_layout(config)))``
+    s0_resume : ``In(stream.Signature(resume_layout(config)))``
+        Work and resume requests of source 0 (the user).
+    s1_wr : ``In(stream.Signature(wr_layout(config)))``
+        Work requests of source 1 (the traffic generator).
     s0_i, s1_i : ``In(PacketSignature(data_width))``
-        Their payload packets.
+        The sources' payload packets.
     wr : ``Out(stream.Signature(wr_layout(config)))``
+    resume : ``Out(stream.Signature(resume_layout(config)))``
     i : ``Out(PacketSignature(data_width))``
-        To the TX engine's ``wr`` and ``i``.
+        To the TX engine's ``wr``, ``resume`` and ``i``.
 
     Raises
     ------
@@ -75,10 +100,12 @@ class WrMux(wiring.Component):
         w = config.data_width
         super().__init__({
             "s0_wr": In(stream.Signature(wr_layout(config))),
+            "s0_resume": In(stream.Signature(resume_layout(config))),
             "s0_i": In(PacketSignature(w)),
             "s1_wr": In(stream.Signature(wr_layout(config))),
             "s1_i": In(PacketSignature(w)),
             "wr": Out(stream.Signature(wr_layout(config))),
+            "resume": Out(stream.Signature(resume_layout(config))),
             "i": Out(PacketSignature(w)),
         })
 
@@ -89,8 +116,8 @@ class WrMux(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        cfg = self._config
         depth = self._depth
-        s_wr = (self.s0_wr, self.s1_wr)
         s_i = (self.s0_i, self.s1_i)
 
         # Source FIFO: `ids[k]` is the source of entry k (0 = oldest), `occ` a thermometer
@@ -105,28 +132,54 @@ class WrMux(wiring.Component):
         m.d.comb += head.eq(ids[0])
 
         # ---------------------------------------------------------------- requests
-        rr = Signal()              # the source with priority on a tie
-        sel = Signal()
-        go = Signal()
-        wr_free = Signal()
-        nz = Signal(2)             # each source's request has a payload
+        # One output register for both kinds (`kind` = a resume): only one request is ever
+        # offered, so the TX engine's priority of `resume` over `wr` cannot reorder them.
+        req = Signal(resume_layout(cfg))
+        kind = Signal()
+        valid = Signal()
+        taken = Signal()
         m.d.comb += [
-            wr_free.eq(~self.wr.valid | self.wr.ready),
-            sel.eq(s_wr[1].valid & (rr | ~s_wr[0].valid)),
-            go.eq(wr_free & ~occ[depth - 1] & (s_wr[0].valid | s_wr[1].valid)),
-            s_wr[0].ready.eq(wr_free & ~occ[depth - 1] & ~sel),
-            s_wr[1].ready.eq(wr_free & ~occ[depth - 1] & sel),
-            nz[0].eq(s_wr[0].payload.length != 0),
-            nz[1].eq(s_wr[1].payload.length != 0),
-            push.eq(go & Mux(sel, nz[1], nz[0])),
+            self.wr.valid.eq(valid & ~kind),
+            self.resume.valid.eq(valid & kind),
+            self.resume.payload.eq(req),
+            taken.eq(Mux(kind, self.resume.ready, self.wr.ready)),
+        ]
+        for name, _ in wr_layout(cfg):
+            m.d.comb += self.wr.payload[name].eq(req[name])
+
+        rr = Signal()              # the source with priority on a tie
+        sel = Signal()             # source 1 is granted
+        res0 = Signal()            # source 0's request is its resume
+        s0_valid = Signal()
+        go = Signal()
+        free = Signal()
+        nz = Signal(3)             # each request has a payload: s0 resume, s0 WR, s1 WR
+        m.d.comb += [
+            free.eq((~valid | taken) & ~occ[depth - 1]),
+            res0.eq(self.s0_resume.valid),
+            s0_valid.eq(self.s0_resume.valid | self.s0_wr.valid),
+            sel.eq(self.s1_wr.valid & (rr | ~s0_valid)),
+            go.eq(free & (s0_valid | self.s1_wr.valid)),
+            self.s0_resume.ready.eq(free & ~sel),
+            self.s0_wr.ready.eq(free & ~sel & ~res0),
+            self.s1_wr.ready.eq(free & sel),
+            nz[0].eq(self.s0_resume.payload.length != 0),
+            nz[1].eq(self.s0_wr.payload.length != 0),
+            nz[2].eq(self.s1_wr.payload.length != 0),
+            push.eq(go & Mux(sel, nz[2], Mux(res0, nz[0], nz[1]))),
             push_id.eq(sel),
         ]
-        with m.If(wr_free):
-            m.d.sync += self.wr.valid.eq(go)
+        with m.If(~valid | taken):
+            m.d.sync += valid.eq(go)
         with m.If(go):
-            m.d.sync += [self.wr.payload.eq(Mux(sel, s_wr[1].payload.as_value(),
-                                                s_wr[0].payload.as_value())),
-                         rr.eq(~sel)]
+            m.d.sync += [kind.eq(~sel & res0), rr.eq(~sel)]
+            for name, _ in wr_layout(cfg):
+                m.d.sync += req[name].eq(Mux(sel, self.s1_wr.payload[name],
+                                             Mux(res0, self.s0_resume.payload[name],
+                                                 self.s0_wr.payload[name])))
+            # (a work request's are don't-care: the resume port's, without a multiplexer)
+            m.d.sync += [req.start_packet.eq(self.s0_resume.payload.start_packet),
+                         req.start_psn.eq(self.s0_resume.payload.start_psn)]
 
         # ---------------------------------------------------------------- payloads
         i_free = Signal()
