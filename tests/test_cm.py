@@ -418,3 +418,43 @@ def test_checksum_stage_against_scapy():
     assert [ok for ok, _ in got] == [w for _, w in cases]
     # stream_put returns in the cycle after the transfer: one cycle of the latency has passed
     assert {t + 1 for _, t in got} == {CmChecksum.latency}
+
+
+@pytest.mark.parametrize("n_qp", [4, 16])
+def test_latency_is_the_documented_one(n_qp):
+    """From a transfer on ``req`` to ``reply.valid``, as CmResponder's docstring states: 45
+    cycles answered without the table, 50 for FETCH_QP_INFO or a refusal after the row check,
+    51 for a txmeta start, 53 for a request that writes a row, ``5 * n_qp + 49`` for an OPEN
+    that reads every row."""
+    cfg = EngineConfig(data_width=64, n_qp=n_qp)
+    bench = CmBench(cfg)
+    cm = bench.cm
+
+    def req(**f):
+        return dict(f, loc_ip=HOST_IP, reply_port=proto.CM_REPLY_UDP_PORT)
+    cases = [(req(valid=1, req_type=REQ.OPEN_QP, ack_valid=1), 45),
+             (req(valid=1, req_type=REQ.OPEN_QP, loc_qpn=5), 5 * n_qp + 49),
+             (req(valid=1, req_type=REQ.MODIFY_QP_RTS, loc_qpn=5, rem_qpn=256), 53),
+             (req(valid=1, req_type=REQ.FETCH_QP_INFO, rem_qpn=256), 50),
+             (req(valid=1, req_type=REQ.MODIFY_QP_RTS, rem_qpn=257), 50),
+             (req(tx_valid=1, tx_start=1, tx_dma_length=8, tx_n_transfers=1, rem_qpn=256), 51),
+             (req(valid=1, req_type=REQ.CLOSE_QP, rem_qpn=256), 53)]
+    got = []
+
+    async def tb(ctx):
+        ctx.set(cm.local_ip, LOCAL_IP)
+        ctx.set(cm.reply.ready, 1)
+        ctx.set(cm.gen_cmd.ready, 1)
+        for fields, _ in cases:
+            await stream_put(ctx, cm.req, {"src_mac": HOST_MAC, "src_ip": HOST_IP,
+                                           "src_port": EPHEMERAL, "udp_checksum": 0,
+                                           "dgram": datagram.datagram(**fields)})
+            n = 1                         # stream_put returns the cycle after the transfer
+            while not ctx.get(cm.reply.valid):
+                await ctx.tick()
+                n += 1
+            got.append(n)
+            await ctx.tick()
+
+    run_simulation(bench, [tb], cycles=2000)
+    assert got == [want for _, want in cases]

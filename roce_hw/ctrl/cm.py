@@ -49,10 +49,14 @@ class CmResponder(wiring.Component):
     :func:`~roce_hw.ctrl.cm_executor.cm_result_layout`), and a stage takes its input in the
     cycle its output is taken, so the datagram is released when the reply has gone.
 
-    Latency: from ``req`` to ``reply.valid`` 24 cycles (the UDP checksum) + 3 (the rules) + 1
-    for a datagram answered without the table; about 8 more for a request naming a QP (plus the
-    management port's waits), about ``4 * n_qp + 6`` more for OPEN_QP without one. Throughput:
-    one datagram at a time (``req.ready`` is high only when idle): the RX front end queues them.
+    Latency, from a transfer on ``req`` to ``reply.valid`` (the management port answering
+    through a :class:`~roce_hw.lib.reqrsp.RequestArbiter` as in the engine, nothing else on it):
+    45 cycles for a datagram answered or dropped without the table, 41 of them the UDP checksum;
+    50 for FETCH_QP_INFO and a refusal after the row check (read, check); 51 for a txmeta that
+    commands the generator; 53 for OPEN_QP of a named QP, MODIFY_QP_RTS and CLOSE_QP (read,
+    check, write); ``5 * n_qp + 49`` at most for OPEN_QP without a QP number (it reads the rows
+    in turn until the peer's own). ``tests/test_cm.py`` measures these. Throughput: one
+    datagram at a time (``req.ready`` is high only when idle): the RX front end queues them.
 
     Backpressure: waits for ``mgmt_req``, ``mgmt_rsp``, ``gen_cmd`` and ``reply`` as long as they
     are not ready. ``reply``, ``gen_cmd`` and ``mgmt_req`` are combinational from registers.

@@ -10,12 +10,13 @@ from ..layouts import qp_index_width
 from ..rx.frontend import cm_rx_layout
 from .cm_checksum import cm_checked_layout
 
-__all__ = ["CmOp", "reason_code", "cm_command_layout", "cm_job_layout", "CmDecoder"]
+__all__ = ["CmOp", "REASON_BITS", "reason_code", "cm_command_layout", "cm_job_layout",
+           "CmDecoder"]
 
 _REQ = proto.CmReq
 _ACK = proto.CmAck
 #: Width of a counter index (:data:`roce_hw.proto.CM_COUNTERS`).
-_REASON_BITS = (len(proto.CM_COUNTERS) - 1).bit_length()
+REASON_BITS = (len(proto.CM_COUNTERS) - 1).bit_length()
 
 
 def reason_code(name):
@@ -40,7 +41,7 @@ def cm_command_layout(n_qp):
     :func:`reason_code`), ``reply`` (0: no reply). ``to_src_port``: the reply goes to the UDP
     source port (``reply_port`` is 0)."""
     return data.StructLayout({"op": CmOp, "idx": qp_index_width(n_qp), "ack": 3,
-                              "reason": _REASON_BITS, "reply": 1, "to_src_port": 1})
+                              "reason": REASON_BITS, "reply": 1, "to_src_port": 1})
 
 
 def cm_job_layout(n_qp):
@@ -106,8 +107,8 @@ class CmDecoder(wiring.Component):
         # rem_qpn[8:24] - 1; its top bit: the QPN is below 256
         qhi = Signal(proto.QPN_BITS - base_bits + 1)
 
-        def top(v):
-            return v[proto.PSN_BITS:].any()
+        def top(v, bits):
+            return v[bits:].any()
 
         def answer(ack, reason, reply=1):
             m.d.sync += [cmd.op.eq(CmOp.NONE), cmd.ack.eq(ack),
@@ -125,8 +126,10 @@ class CmDecoder(wiring.Component):
                     bad_resv.eq(d.tx_resv.any()),
                     not_one.eq(~(d.valid ^ d.tx_valid)),
                     info.eq(d.valid & (d.req_type == _REQ.SEND_QP_INFO)),
-                    bad_field.eq(top(d.loc_qpn) | top(d.loc_psn) | top(d.rem_qpn) |
-                                 top(d.rem_psn)),
+                    bad_field.eq(top(d.loc_qpn, proto.QPN_BITS) |
+                                 top(d.loc_psn, proto.PSN_BITS) |
+                                 top(d.rem_qpn, proto.QPN_BITS) |
+                                 top(d.rem_psn, proto.PSN_BITS)),
                     bad_req.eq(d.valid & ~d.req_type.matches(_REQ.OPEN_QP, _REQ.MODIFY_QP_RTS,
                                                              _REQ.CLOSE_QP, _REQ.FETCH_QP_INFO)),
                     is_open.eq(kind == _REQ.OPEN_QP),

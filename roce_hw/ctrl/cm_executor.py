@@ -10,7 +10,7 @@ from ..config import check_config
 from ..layouts import QP_CONTEXT, local_qpn, mgmt_req_layout, mgmt_rsp_layout, qp_index_width
 from ..rx.frontend import cm_rx_layout
 from ..verbs import gen_cmd_layout
-from .cm_decoder import _REASON_BITS, CmOp, cm_job_layout, reason_code
+from .cm_decoder import REASON_BITS, CmOp, cm_job_layout, reason_code
 
 __all__ = ["cm_outcome_layout", "cm_result_layout", "CmExecutor"]
 
@@ -24,7 +24,7 @@ def cm_outcome_layout():
     :func:`~roce_hw.ctrl.cm_decoder.reason_code`), ``reply`` (0: none), ``to_src_port`` (to the
     UDP source port), and for an ACK ``qpn`` (the engine QPN), ``fetch`` (the reply carries the
     row: FETCH_QP_INFO) and ``row_psn`` (its ``loc_psn`` is the row's ``next_psn``)."""
-    return data.StructLayout({"ack": 3, "reason": _REASON_BITS, "reply": 1, "to_src_port": 1,
+    return data.StructLayout({"ack": 3, "reason": REASON_BITS, "reply": 1, "to_src_port": 1,
                               "qpn": proto.QPN_BITS, "fetch": 1, "row_psn": 1})
 
 
@@ -43,12 +43,14 @@ class CmExecutor(wiring.Component):
     row in turn: it re-opens the row of the same peer (IP, QPN) if there is one, else takes the
     lowest free (RESET) row. A request the decoder already answered passes through.
 
-    Latency from ``i.valid`` to ``o.valid``: 1 cycle for an answered request; about 8 for one
-    naming a QP (read, check, write) plus the management port's waits; about ``4 * n_qp + 6``
-    for an OPEN that scans. Throughput and backpressure: one request at a time; waits for
-    ``mgmt_req``, ``mgmt_rsp``, ``gen_cmd`` and ``o`` as long as they are not ready; ``i`` is
-    taken in the cycle ``o`` is. ``o``'s payload is ``i``'s datagram with this stage's row and
-    outcome registers.
+    Latency from ``i.valid`` to ``o.valid`` (the management port through a
+    :class:`~roce_hw.lib.reqrsp.RequestArbiter`, idle): 1 cycle for an answered request; 6 for
+    FETCH_QP_INFO and a refusal after the row check; 7 for a generator command; 9 for a request
+    that writes the row;
+    ``5 * n_qp + 5`` at most for an OPEN that scans (5 cycles a row). Throughput and
+    backpressure: one request at a time; waits for ``mgmt_req``, ``mgmt_rsp``, ``gen_cmd`` and
+    ``o`` as long as they are not ready; ``i`` is taken in the cycle ``o`` is. ``o``'s payload
+    is ``i``'s datagram with this stage's row and outcome registers.
 
     Members
     -------
