@@ -85,7 +85,7 @@ class CmDecoder(wiring.Component):
         cmd = Signal(cm_command_layout(n_qp))
         m.d.comb += [self.o.payload.req.eq(rq), self.o.payload.cmd.eq(cmd)]
 
-        # the rules' flags, registered in "Flags"
+        # the rules' flags, registered in "Idle" from the datagram offered
         bad_sum = Signal()
         no_port = Signal()
         to_src = Signal()
