@@ -614,9 +614,28 @@ def cm_swap(fields):
 
 #: The connection manager's counters (hardware :class:`roce_hw.ctrl.cm.CmResponder`, model
 #: :class:`roce_hw.model.cm.CmModel`, whose docstring has the rule behind each): ``ok`` counts
-#: requests obeyed, the others one reason of refusal each, in the order of the rules.
-CM_COUNTERS = ("ok", "bad_flags", "bad_txmeta", "bad_port", "bad_field", "bad_req", "bad_qpn",
-               "in_use", "bad_state", "not_owner", "no_qp", "busy")
+#: requests obeyed, the others one reason of refusal or drop each, in the order of the rules.
+CM_COUNTERS = ("ok", "bad_checksum", "bad_port", "bad_flags", "bad_txmeta", "ignored",
+               "bad_field", "bad_req", "bad_qpn", "in_use", "bad_state", "not_owner", "no_qp",
+               "busy")
+
+#: The UDP source port of the RoCEv2 packets of a QP the connection manager opens:
+#: ``CM_UDP_SPORT_BASE | (QPN & (2**CM_UDP_SPORT_QPN_BITS - 1))``, in the dynamic port range
+#: of RFC 6335 (0xC000 up).
+CM_UDP_SPORT_BASE = 0xC000
+CM_UDP_SPORT_QPN_BITS = 14
+
+#: The row fields an obeyed OPEN_QP writes with the same value every time (the others come from
+#: the request, the QP number and the configuration: :class:`roce_hw.model.cm.CmModel`).
+#: ``retry_cnt``/``rnr_retry`` 7 (the most; 7 is "infinite" for RNR), ``timeout`` 14
+#: (4.096 us * 2**14 = 67 ms), ``min_rnr_timer`` 12 (:data:`RNR_TIMER_US`: 640 us).
+CM_OPEN_ROW = {"dscp": 0, "ecn": 0, "p_key": 0xFFFF, "migreq": 1, "retry_cnt": 7,
+               "rnr_retry": 7, "timeout": 14, "min_rnr_timer": 12}
+
+
+def cm_udp_sport(qpn):
+    """The UDP source port of a QP the connection manager opens (:data:`CM_UDP_SPORT_BASE`)."""
+    return CM_UDP_SPORT_BASE | (qpn & ((1 << CM_UDP_SPORT_QPN_BITS) - 1))
 
 
 def generator_payload(n, length):

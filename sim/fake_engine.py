@@ -7,7 +7,9 @@ For trying the host tool without hardware and for its tests::
         ... python -m roce_hw.host open --engine-ip 127.0.0.1 --engine-port <eng.port> ...
 
 Datagrams of any length other than 64 bytes are ignored (the RX front end drops them); the source
-MAC is unknown to a UDP socket and given to the model as ``mac``.
+MAC is unknown to a UDP socket and given to the model as ``mac``; the kernel has verified the UDP
+checksum, so the model is handed 0 ("not computed"); a ``reply_port`` of 0 is answered at the
+datagram's source port, as the engine does.
 """
 
 import socket
@@ -98,7 +100,7 @@ class FakeEngine:
         if len(data) != dg.SIZE:
             return
         gen_before = self.model.generator
-        reply = self.model.handle(data, self.mac, dg.ip_int(addr[0]), addr[1])
+        reply = self.model.handle(data, self.mac, dg.ip_int(addr[0]), addr[1], 0)
         gen = self.model.generator
         if gen is not None and gen is not gen_before:
             if self.on_start is not None:

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """The CM datagram codec (roce_hw.host.datagram) against the reference host script's
 ``struct.pack('>BLLLQLLLLQLHBLLL', ...)``, and the CM responder model (roce_hw.model.cm) against
-every rule of its specification, OPEN/MODIFY/CLOSE cycles over many QPs, reply frames against
-scapy, and hypothesis fuzzing of random and mutated datagrams."""
+every rule of its specification, its UDP checksum against scapy's, OPEN/MODIFY/CLOSE cycles over
+many QPs, reply frames against scapy, and hypothesis fuzzing of random and mutated datagrams."""
 
 import ipaddress
 import random
@@ -189,12 +189,14 @@ def model(n_qp=N_QP, **kw):
     return CmModel(n_qp, local_mac=E_MAC, local_ip=E_IP, **kw)
 
 
-def send(m, fields, mac=A_MAC, ip=A_IP, port=0x4322):
-    """Hand ``fields`` (a dict, packed by the codec) to the model; the decoded reply or None."""
-    reply = m.handle(dg.pack(fields), mac, ip, port)
+def send(m, fields, mac=A_MAC, ip=A_IP, port=0x4322, checksum=0):
+    """Hand ``fields`` (a dict, packed by the codec) to the model from UDP port ``port``; the
+    decoded reply or None."""
+    reply = m.handle(dg.pack(fields), mac, ip, port, checksum)
     if reply is None:
         return None
-    assert reply.dst_mac == mac and reply.dst_ip == ip and reply.dst_port == fields["reply_port"]
+    assert reply.dst_mac == mac and reply.dst_ip == ip
+    assert reply.dst_port == (fields["reply_port"] or port)
     out = dg.unpack(reply.dgram)
     assert out["ack_valid"] == 1
     return out
@@ -273,15 +275,32 @@ def test_rule3_exactly_one_request(valid, tx_valid):
     assert m.rows == before and m.generator is None
 
 
-def test_rule4_reply_port_zero_is_dropped():
+def test_reply_port_zero_means_the_source_port():
+    """Issue 33 item 1.3: the reference script's txmeta datagram has reply_port 0; the reply
+    goes to the datagram's UDP source port, for every kind of request (and every refusal)."""
+    m = rts_model()
+    for req in (tx_req(count=1), tx_req(start=False), open_req(qpn=0x12), rts_req(),
+                dg.info_request(loc_ip=A_IP, engine_qpn=256), open_req(ack_valid=1),
+                tx_req(engine_qpn=300)):
+        req = dict(req, reply_port=0)
+        reply = m.handle(dg.pack(req), A_MAC, A_IP, 0xD431)
+        assert (reply.dst_mac, reply.dst_ip, reply.dst_port) == (A_MAC, A_IP, 0xD431)
+        assert dg.unpack(reply.dgram)["reply_port"] == 0          # echoed as received
+    counted(m, ok=2 + 5, bad_flags=1, bad_qpn=1)
+    assert m.gen_log[0]["count"] == 1 and m.gen_log[1] == {"start": 0, "qp": 0}
+
+
+def test_nowhere_to_reply_is_dropped():
+    """reply_port 0 from UDP source port 0: no reply, counted ``bad_port``, nothing changes --
+    before the flag rules (an ERROR to port 0 would go nowhere)."""
     m = model()
-    assert send(m, open_req(reply_port=0)) is None
-    counted(m, bad_port=1)
+    for req in (open_req(reply_port=0), open_req(reply_port=0, ack_valid=1),
+                tx_req(reply_port=0)):
+        assert send(m, req, port=0) is None
+    counted(m, bad_port=3)
     assert all(r["state"] == 0 for r in m.rows)
-    # rules 1-3 come first: an ERROR is sent even to port 0
-    req = open_req(reply_port=0, ack_valid=1)
-    assert send(m, req) == swapped_error(req)
-    counted(m, bad_port=1, bad_flags=1)
+    # a reply port of its own is enough
+    assert send(m, open_req(), port=0)["ack_type"] == CmAck.ACK
 
 
 @pytest.mark.parametrize("field", ["loc_qpn", "loc_psn", "rem_qpn", "rem_psn"])
@@ -296,7 +315,23 @@ def test_rule5_24_bit_fields(field):
     assert m.rows == before
 
 
-@pytest.mark.parametrize("req_type", [0, 2, 6, 7])
+def test_send_qp_info_is_ignored():
+    """Issue 33 item 1.7: SEND_QP_INFO (2), the reference's own message, is ignored as the
+    reference ignores it: no reply, counted ``ignored``, nothing changes -- whatever its fields
+    (the reference reads none of them), once its flags are well formed."""
+    m = rts_model()
+    before = [dict(r) for r in m.rows]
+    for req in (open_req(req_type=2), open_req(req_type=2, rem_qpn=256, loc_qpn=1 << 24),
+                rts_req(req_type=2, reply_port=0)):
+        assert send(m, req) is None
+    counted(m, ok=2, ignored=3)
+    assert m.rows == before and m.generator is None
+    req = open_req(req_type=2, ack_valid=1)                 # a malformed one is an ERROR
+    assert send(m, req) == swapped_error(req)
+    assert m.counters["bad_flags"] == 1
+
+
+@pytest.mark.parametrize("req_type", [0, 6, 7])
 def test_rule6_unknown_request(req_type):
     m = model()
     req = open_req(req_type=req_type)
@@ -595,7 +630,7 @@ def test_request_frames_and_handle_frame():
             / UDP(sport=0x4000, dport=0x4321, chksum=0) / Raw(req))
     assert frame == bytes(want)
     assert cm.parse_cm_frame(frame + bytes(6), local_mac=E_MAC, local_ip=E_IP) == \
-        (req, A_MAC, A_IP, 0x4000)
+        (req, A_MAC, A_IP, 0x4000, 0)
     out = m.handle_frame(frame)
     assert out == m.frame(cm.CmReply(A_MAC, A_IP, 0x4322, dg.pack(send(model(), open_req()))))
     # corruptions: each is not a CM frame for us, ignored and not counted
@@ -608,6 +643,109 @@ def test_request_frames_and_handle_frame():
                 frame[:-1]):
         assert m.handle_frame(bad) is None
     assert sum(m.counters.values()) == 1
+
+
+# --- the UDP checksum (issue 33 item 1.4) --------------------------------------------------------
+
+def scapy_cm_frame(dgram, *, sport=0x4322, src=A_IP, mac=A_MAC):
+    """A CM request frame built by scapy: its UDP checksum is scapy's."""
+    return bytes(Ether(dst=_mac(E_MAC), src=_mac(mac))
+                 / IP(src=_ip(src), dst=_ip(E_IP), flags="DF")
+                 / UDP(sport=sport, dport=proto.CM_UDP_PORT) / Raw(dgram))
+
+
+def scapy_checksum_right(frame):
+    """Scapy's verdict on a frame's UDP checksum: 0 (not computed), or the checksum scapy
+    computes for the frame as it is."""
+    pkt = Ether(frame)
+    if pkt[UDP].chksum == 0:
+        return True
+    fresh = pkt.copy()
+    fresh[IP].chksum = None
+    fresh[UDP].chksum = None
+    return Ether(bytes(fresh))[UDP].chksum == pkt[UDP].chksum
+
+
+def zero_sum_datagram(fields, *, sport=0x4322, src=A_IP):
+    """``fields`` packed with the last 16 bits (``tx_period``) chosen so that the checksum
+    computes to 0 -- sent as 0xFFFF (RFC 768)."""
+    fields = dict(fields, tx_period=0)
+    c0 = cm.udp_checksum(dg.pack(fields), src_ip=src, dst_ip=E_IP, src_port=sport)
+    fields["tx_period"] = c0
+    return dg.pack(fields)
+
+
+def test_udp_checksum_equals_scapy():
+    rng = random.Random(768)
+    for k in range(300):
+        dgram, sport, src = rng.randbytes(64), rng.getrandbits(16), rng.getrandbits(32)
+        frame = scapy_cm_frame(dgram, sport=sport, src=src)
+        want = Ether(frame)[UDP].chksum
+        assert cm.udp_checksum(dgram, src_ip=src, dst_ip=E_IP, src_port=sport) == want
+        assert cm.udp_checksum_ok(dgram, src_ip=src, dst_ip=E_IP, src_port=sport,
+                                  checksum=want)
+        assert cm.request_frame(dgram, src_mac=A_MAC, dst_mac=E_MAC, src_ip=src, dst_ip=E_IP,
+                                src_port=sport, checksum=True)[34:] == frame[34:]
+    dgram = zero_sum_datagram(open_req())
+    assert Ether(scapy_cm_frame(dgram))[UDP].chksum == 0xFFFF       # a computed 0 is sent as ~0
+    assert cm.udp_checksum(dgram, src_ip=A_IP, dst_ip=E_IP, src_port=0x4322) == 0xFFFF
+
+
+def _flip(frame, bit):
+    b = bytearray(frame)
+    b[bit // 8] ^= 0x80 >> (bit % 8)
+    if bit // 8 in range(26, 34):                 # an IP address: the IPv4 header made right
+        b[24:26] = bytes(2)
+        b[24:26] = ipv4_checksum_bytes(bytes(b[14:34]))
+    return bytes(b)
+
+
+def ipv4_checksum_bytes(header):
+    pkt = IP(header)
+    pkt.chksum = None
+    return bytes(IP(bytes(pkt)))[10:12]
+
+
+#: Byte offsets in a CM frame whose bits the UDP checksum covers and the RX front end does not
+#: check: the source IP (the pseudo-header), the UDP source port and checksum, the datagram.
+COVERED = [*range(26, 30), 34, 35, 40, 41, *range(42, 42 + 64)]
+
+
+def test_a_bad_udp_checksum_is_dropped():
+    """Issue 33 item 1.4: every single-bit corruption of a scapy-built request frame (the UDP
+    checksum covers it) is dropped and counted ``bad_checksum``, with no reply and no change;
+    the frame as built, a checksum of 0 and one computing to 0 (sent as 0xFFFF) are obeyed."""
+    base = rts_model()
+    reqs = [dict(rts_req(psn=0x333, engine_psn=0x444)),
+            dict(tx_req(count=2), reply_port=0)]
+    dgrams = [dg.pack(r) for r in reqs] + [zero_sum_datagram(rts_req(engine_psn=0x445))]
+    kept = 0
+    for dgram in dgrams:
+        frame = scapy_cm_frame(dgram)
+        assert scapy_checksum_right(frame)
+        for bit in [None] + [8 * i + j for i in COVERED for j in range(8)]:
+            bad = frame if bit is None else _flip(frame, bit)
+            m = copy_model(base)
+            out = m.handle_frame(bad)
+            good = scapy_checksum_right(bad)
+            assert (out is not None) == good, (bit, dgram.hex())
+            if good:
+                kept += bit is not None
+                assert m.counters["ok"] == 3 and m.counters["bad_checksum"] == 0
+                continue
+            counted(m, ok=2, bad_checksum=1)
+            assert m.rows == base.rows and m.generator is None
+    # single-bit flips that leave a right checksum: a checksum field turned 0 ("not computed")
+    assert kept <= len(dgrams)
+    plain = bytearray(scapy_cm_frame(dgrams[0]))
+    plain[40:42] = bytes(2)
+    m = copy_model(base)
+    assert m.handle_frame(bytes(plain)) is not None and m.counters["ok"] == 3
+
+
+def copy_model(m):
+    import copy
+    return copy.deepcopy(m)
 
 
 # --- OPEN / MODIFY / CLOSE cycles over many QPs, reference packing --------------------------------
@@ -705,11 +843,22 @@ def _templates(src_ip):
 
 @st.composite
 def datagrams(draw):
-    """(datagram bytes, source index): random bytes, or a valid request with random field
-    changes and bit flips."""
+    """(datagram bytes, source index, UDP source port, checksum): random bytes, or a valid
+    request with random field changes and bit flips; from port 1234 or 0; the UDP checksum
+    not computed (0), right, or wrong."""
     src = draw(st.integers(0, len(SOURCES) - 1))
+    port = draw(st.sampled_from((1234, 1234, 1234, 0)))
+    how = draw(st.sampled_from(("none", "none", "right", "right", "wrong")))
+
+    def with_checksum(buf):
+        if how == "none":
+            return buf, src, port, 0
+        c = cm.udp_checksum(buf, src_ip=SOURCES[src][1], dst_ip=E_IP, src_port=port)
+        if how == "wrong":
+            c ^= 1 << draw(st.integers(0, 15))
+        return buf, src, port, c
     if draw(st.integers(0, 3)) == 0:
-        return draw(st.binary(min_size=64, max_size=64)), src
+        return with_checksum(draw(st.binary(min_size=64, max_size=64)))
     buf = bytearray(draw(st.sampled_from(_templates(SOURCES[src][1]))))
     fields = dg.unpack(buf)
     for _ in range(draw(st.integers(0, 3))):
@@ -719,27 +868,36 @@ def datagrams(draw):
     for _ in range(draw(st.integers(0, 2))):
         bit = draw(st.integers(0, 511))
         buf[bit // 8] ^= 1 << (bit % 8)
-    return bytes(buf), src
+    return with_checksum(bytes(buf))
 
 
 def check_fuzz(inputs):
     m = fuzz_model()
-    for buf, src in inputs:
+    for buf, src, port, checksum in inputs:
         mac, ip = SOURCES[src]
         rows, gen, total = [dict(r) for r in m.rows], m.generator, sum(m.counters.values())
         counters = dict(m.counters)
-        reply = m.handle(buf, mac, ip, 1234)
+        reply = m.handle(buf, mac, ip, port, checksum)
         req = dg.unpack(buf)
         # counted exactly once
         assert sum(m.counters.values()) == total + 1
         (reason,) = [k for k in COUNTERS if m.counters[k] != counters[k]]
         changed = [i for i in range(FUZZ_QP) if m.rows[i] != rows[i]]
+        right = checksum == 0 or checksum == cm.udp_checksum(buf, src_ip=ip, dst_ip=E_IP,
+                                                             src_port=port)
+        if not right:
+            assert reason == "bad_checksum" and reply is None
         if reply is None:
-            assert reason == "bad_port" and req["reply_port"] == 0
+            assert reason in ("bad_checksum", "bad_port", "ignored")
+            if reason == "bad_port":
+                assert req["reply_port"] == port == 0
+            if reason == "ignored":
+                assert req["valid"] and req["req_type"] == CmReq.SEND_QP_INFO
             assert not changed and m.generator is gen
             continue
         out = dg.unpack(reply.dgram)
-        assert (reply.dst_mac, reply.dst_ip, reply.dst_port) == (mac, ip, req["reply_port"])
+        assert (reply.dst_mac, reply.dst_ip, reply.dst_port) == \
+            (mac, ip, req["reply_port"] or port)
         assert out["ack_valid"] == 1 and out["loc_ip"] == E_IP
         assert (out["valid"], out["req_type"], out["reply_port"]) == \
             (req["valid"], req["req_type"], req["reply_port"])
@@ -788,7 +946,8 @@ def test_fuzz_datagrams_slow(inputs):
 
 
 def test_fuzz_reaches_every_reason():
-    """The fuzz strategy is not vacuous: over a fixed-seed sample every counter is hit."""
+    """The fuzz strategy is not vacuous: over a fixed-seed sample every counter is hit (the
+    checksum is right or not computed, but once in 50 wrong)."""
     rng = random.Random(7)
     seen = dict.fromkeys(COUNTERS, 0)
     templates = [_templates(ip) for _, ip in SOURCES]
@@ -800,7 +959,14 @@ def test_fuzz_reaches_every_reason():
             for _ in range(rng.randrange(2)):
                 name = rng.choice(dg.FIELDS)
                 fields[name] = rng.getrandbits(WIDTHS[name]) if rng.random() < 0.5 else 0
-            m.handle(dg.pack(fields), *SOURCES[src], 1)
+            buf, port = dg.pack(fields), rng.choice((1, 1, 1, 0))
+            mac, ip = SOURCES[src]
+            checksum = cm.udp_checksum(buf, src_ip=ip, dst_ip=E_IP, src_port=port)
+            if rng.random() < 0.02:
+                checksum ^= 0x100
+            elif rng.random() < 0.5:
+                checksum = 0
+            m.handle(buf, mac, ip, port, checksum)
         for k, v in m.counters.items():
             seen[k] += v
     assert all(seen.values()), seen

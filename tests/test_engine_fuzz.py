@@ -11,7 +11,8 @@ elaboration an example would otherwise cost.
 Frames: host sessions (OPEN by table scan or of a named QP, MODIFY_QP_RTS, a short generator
 run, then stop, CLOSE or FETCH_QP_INFO -- steered while drawing by a copy of the model towards
 QPs that are free or the host's own, so that they get far); single CM requests of every kind
-from three hosts and strangers, with random field values or one validation rule broken; ARP
+from three hosts and strangers, with random field values or one validation rule broken, from
+any UDP port (0 included), with the UDP checksum not computed, right or wrong; ARP
 requests (for our IP or another, broadcast or unicast, requests and replies);
 RoCEv2 frames with a good iCRC (ACK, CNP, SEND/WRITE); other traffic (IPv6, ICMP, UDP to another
 port or IP, another MAC or EtherType, VLAN-tagged, broadcast); random bytes; and mutations of
@@ -55,7 +56,7 @@ from hypothesis import strategies as st
 from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.host import datagram as dg
-from roce_hw.model.cm import CmModel, generator_messages, request_frame
+from roce_hw.model.cm import CmModel, generator_messages, request_frame, udp_checksum
 from roce_hw.model.icrc import frame_l3, icrc_bytes
 from roce_hw.model.packet import QPPath, build_ack_frame, build_cnp_frame, build_frame, \
     ipv4_checksum
@@ -124,10 +125,11 @@ def pad60(frame):
     return frame + bytes(max(0, 60 - len(frame)))
 
 
-def cm_frame(fields, host, *, sport=REPLY_PORT):
+def cm_frame(fields, host, *, sport=REPLY_PORT, checksum=0):
+    """A CM request frame; its UDP checksum ``checksum`` (0: not computed; True: right)."""
     mac, ip = host
     return request_frame(dg.pack(fields), src_mac=mac, dst_mac=LOCAL_MAC, src_ip=ip,
-                         dst_ip=LOCAL_IP, src_port=sport)
+                         dst_ip=LOCAL_IP, src_port=sport, checksum=checksum)
 
 
 def arp_frame(*, sender, target=LOCAL_IP, dst=BROADCAST, oper=proto.ArpOper.REQUEST, pad=18):
@@ -253,7 +255,15 @@ def cm_frames(draw):
             fields["loc_ip"] ^= 1 << draw(st.integers(0, 31))
     sport = draw(st.sampled_from((REPLY_PORT, REPLY_PORT, proto.CM_UDP_PORT, 0)) | u24.map(
         lambda v: v & 0xFFFF))
-    return cm_frame(fields, host, sport=sport)
+    # the UDP checksum: not computed, right, or (1 in 10) wrong in one bit
+    how = draw(st.sampled_from(("none", "none", "none", "right", "right", "right", "right",
+                                "right", "right", "wrong")))
+    if how == "none":
+        return cm_frame(fields, host, sport=sport)
+    right = udp_checksum(dg.pack(fields), src_ip=ip, dst_ip=LOCAL_IP, src_port=sport)
+    if how == "wrong":
+        right ^= 1 << draw(st.integers(0, 15))
+    return cm_frame(fields, host, sport=sport, checksum=right)
 
 
 @st.composite
@@ -546,7 +556,8 @@ def predict(plan, cfg):
             d = res.fields["dgram"]
             if d["tx_valid"] and d["tx_start"] and not gen_cost_ok(d):
                 trial = copy.deepcopy(m.cm)
-                trial.handle(dg.pack(d), res.fields["src_mac"], res.fields["src_ip"], 1)
+                trial.handle(dg.pack(d), res.fields["src_mac"], res.fields["src_ip"],
+                             res.fields["src_port"], res.fields["udp_checksum"])
                 if trial.generator is not None and m.cm.generator is None:
                     p.left_out += 1
                     continue
@@ -1114,4 +1125,4 @@ def _cm_args(frame):
     r = classify(frame, local_mac=LOCAL_MAC, local_ip=LOCAL_IP)
     assert r.kind == "cm"
     f = r.fields
-    return dg.pack(f["dgram"]), f["src_mac"], f["src_ip"], f["src_port"]
+    return dg.pack(f["dgram"]), f["src_mac"], f["src_ip"], f["src_port"], f["udp_checksum"]

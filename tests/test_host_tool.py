@@ -256,6 +256,23 @@ def test_reply_port_named_in_the_datagram(engine):
         assert sent["loc_ip"] == LOCAL_INT and engine.received[-1][1][1] == c.reply_port
 
 
+def test_reply_port_zero_answered_at_the_source_port(engine):
+    """As the engine does (issue 33 item 1.3): the reference script's txmeta datagram names no
+    reply port; the fake engine answers it at the socket it came from."""
+    with CmClient(LOCAL, engine_port=engine.port, reply_port=0) as c:
+        c.open(7)
+        c.modify_rts(256, 7)
+    start = dg.txmeta_request(loc_ip=LOCAL, engine_qpn=256, length=16000, count=100,
+                              reply_port=0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(5)
+        s.sendto(dg.pack(start), (LOCAL, engine.port))
+        data, addr = s.recvfrom(1024)
+    reply = dg.unpack(data)
+    assert addr == (LOCAL, engine.port) and reply["ack_type"] == CmAck.ACK
+    assert (reply["tx_dma_length"], reply["tx_n_transfers"]) == (16000, 100)
+
+
 def test_verbs_alias():
     assert _verbs_alias(["--verbs", "rxe0", "--engine-ip", "1.2.3.4"]) == \
         ["verbs", "rxe0", "--engine-ip", "1.2.3.4"]

@@ -32,12 +32,14 @@ class ReplyBuilder(wiring.Component):
     """Builds ARP replies and CM reply frames through one
     :class:`~roce_hw.lib.header.HeaderInserter` (header-only frames, no payload).
 
-    ARP reply (RFC 826): Ethernet to the asker's MAC from ``local_mac``, ARP ``oper`` REPLY,
+    ARP reply (RFC 826): Ethernet to the asker's MAC from ``local_mac``, ARP for IPv4 over
+    Ethernet (:data:`roce_hw.proto.ARP_FIXED`), ``oper`` REPLY,
     ``sha``/``spa`` = ``local_mac``/``local_ip``, ``tha``/``tpa`` = the asker's; 18 zero bytes
     bring it to the 60-byte minimum frame (the MAC appends the FCS).
 
-    CM reply: Ethernet to ``dst_mac``; IPv4 version 4, IHL 5, DSCP/ECN 0, total length 92,
-    identification 0, DF, TTL ``config.ttl``, protocol UDP, header checksum, ``local_ip`` ->
+    CM reply: Ethernet to ``dst_mac``; IPv4 with the fields of :data:`roce_hw.proto.IPV4_FIXED`
+    (version 4, IHL 5, DF, not a fragment), DSCP/ECN 0, total length 92, identification 0,
+    TTL ``config.ttl``, protocol UDP, header checksum, ``local_ip`` ->
     ``dst_ip``; UDP source port 0x4321 -> ``dst_port``, length 72, checksum 0; the 64-byte
     datagram. 106 bytes, no iCRC (it is not RoCE).
 
@@ -84,11 +86,11 @@ class ReplyBuilder(wiring.Component):
                 m.d.sync += [hdr.payload.eq(0), f.eth.src.eq(self.local_mac)]
                 with m.If(self.arp.valid):
                     a = self.arp.payload
+                    m.d.sync += [f.arp[name].eq(v) for name, v in proto.ARP_FIXED.items()]
                     m.d.sync += [
                         hdr.variant.eq(_ARP),
                         f.eth.dst.eq(a.sha), f.eth.ethertype.eq(proto.ETHERTYPE_ARP),
-                        f.arp.htype.eq(1), f.arp.ptype.eq(proto.ETHERTYPE_IPV4),
-                        f.arp.hlen.eq(6), f.arp.plen.eq(4), f.arp.oper.eq(proto.ArpOper.REPLY),
+                        f.arp.oper.eq(proto.ArpOper.REPLY),
                         f.arp.sha.eq(self.local_mac), f.arp.spa.eq(self.local_ip),
                         f.arp.tha.eq(a.sha), f.arp.tpa.eq(a.spa), f.arp_pad.eq(0),
                     ]
@@ -97,14 +99,14 @@ class ReplyBuilder(wiring.Component):
                     m.d.comb += self.cm.ready.eq(1)
                     with m.If(self.cm.valid):
                         c = self.cm.payload
+                        m.d.sync += [f.ipv4[name].eq(v)
+                                     for name, v in proto.IPV4_FIXED.items()]
                         m.d.sync += [
                             hdr.variant.eq(_CM),
                             f.eth.dst.eq(c.dst_mac), f.eth.ethertype.eq(proto.ETHERTYPE_IPV4),
-                            f.ipv4.version.eq(4), f.ipv4.ihl.eq(proto.IPV4.size // 4),
                             f.ipv4.dscp.eq(0), f.ipv4.ecn.eq(0),
                             f.ipv4.total_length.eq(proto.IPV4.size + _CM_UDP_LENGTH),
-                            f.ipv4.identification.eq(0), f.ipv4.flag_rsv.eq(0),
-                            f.ipv4.flag_df.eq(1), f.ipv4.flag_mf.eq(0), f.ipv4.frag_offset.eq(0),
+                            f.ipv4.identification.eq(0),
                             f.ipv4.ttl.eq(cfg.ttl), f.ipv4.protocol.eq(proto.IP_PROTO_UDP),
                             f.ipv4.checksum.eq(0),
                             f.ipv4.src.eq(self.local_ip), f.ipv4.dst.eq(c.dst_ip),

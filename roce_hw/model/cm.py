@@ -17,23 +17,31 @@ tx_n_transfers, tx_period)``, ``flags = valid | req_type << 1 | ack_valid << 4 |
 (:data:`proto.LOCAL_QPN_BASE`), index < ``n_qp``.
 
 The RX front end hands the CM only datagrams that passed the frame checks (our MAC, IPv4 ok
-including the checksum, our IP, UDP dport 0x4321, UDP length 8 + 64), with the frame's source
-MAC, source IP and UDP source port.
+including the header checksum, our IP, UDP dport 0x4321, UDP length 8 + 64), with the frame's
+source MAC, source IP, UDP source port and the UDP header's checksum field as received.
 
 Validation, in this order; the first rule that fails decides (reply code, counter)
 -------------------------------------------------------------------------------------
-1. ``ack_valid`` = 1 or ``ack_type`` != 0 (a request never carries an ack): ERROR, ``bad_flags``.
-2. ``tx_resv`` != 0: ERROR, ``bad_txmeta``.
-3. ``valid`` = 1 and ``tx_valid`` = 1 (two requests in one) or both 0 (no request): ERROR,
+1. The UDP checksum is not 0 and wrong (RFC 768: the one's-complement sum of the IPv4
+   pseudo-header -- source IP, the engine's IP, protocol 17, UDP length 72 --, the UDP header
+   and the 64 bytes is not 0xFFFF): no reply, ``bad_checksum``. It is the datagram's only
+   integrity check (a CM datagram has no iCRC), and the reply address of a corrupted datagram
+   cannot be trusted. A checksum of 0 means "not computed" and is accepted.
+2. Nowhere to reply: ``reply_port`` = 0 and the UDP source port 0 too: no reply, ``bad_port``.
+   (``reply_port`` = 0 means "reply to the datagram's UDP source port": the reference script's
+   txmeta datagram carries 0 there.)
+3. ``ack_valid`` = 1 or ``ack_type`` != 0 (a request never carries an ack): ERROR, ``bad_flags``.
+4. ``tx_resv`` != 0: ERROR, ``bad_txmeta``.
+5. ``valid`` = 1 and ``tx_valid`` = 1 (two requests in one) or both 0 (no request): ERROR,
    ``bad_flags``.
-4. ``reply_port`` = 0: no reply (dropped), ``bad_port``.
-5. A 24-bit field with its top byte set (``loc_qpn``, ``loc_psn``, ``rem_qpn``, ``rem_psn``):
+6. ``valid`` = 1 and ``req_type`` = SEND_QP_INFO (2), the message the reference design sends
+   when it opens a connection itself: ignored as the reference ignores it (no reply),
+   ``ignored``.
+7. A 24-bit field with its top byte set (``loc_qpn``, ``loc_psn``, ``rem_qpn``, ``rem_psn``):
    ERROR, ``bad_field``.
-6. ``valid`` = 1 and ``req_type`` not in {OPEN_QP 1, MODIFY_QP_RTS 3, CLOSE_QP 4,
+8. ``valid`` = 1 and ``req_type`` not in {OPEN_QP 1, MODIFY_QP_RTS 3, CLOSE_QP 4,
    FETCH_QP_INFO 5}: ERROR, ``bad_req``.
-7. The request's own rules below.
-
-(Rules 1 to 3 come before rule 4: an ERROR for them is sent even to a ``reply_port`` of 0.)
+9. The request's own rules below.
 
 Ownership: a QP is "owned" by the requester (frame source IP, ``loc_qpn``) stored in its row
 (``remote_ip``, ``remote_qpn``). MODIFY, CLOSE and txmeta are obeyed only from the owner's IP:
@@ -49,11 +57,12 @@ OPEN_QP (req_type 1)
 * ``rem_qpn`` != 0 names the engine QP: not in 256..256+n_qp-1: NAK ``bad_qpn``; open and not
   the same (source IP, ``loc_qpn``): NAK ``in_use``; else use it.
 * The whole row is written: state INIT (1), ``remote_qpn`` = loc_qpn, ``remote_mac`` = frame
-  source MAC, ``remote_ip`` = loc_ip, ``udp_sport`` = 0xC000 | (engine QPN & 0x3FFF), dscp 0,
-  ecn 0, ``p_key`` 0xFFFF, ``migreq`` 1, ``pmtu`` = the build's CM PMTU code (default 3, 1024
-  bytes), ``next_psn`` = ``una_psn`` = rem_psn (the requester says where the engine's send PSN
-  starts; reset on every (re)open), ``remote_va`` = loc_base_addr, ``r_key`` = loc_r_key,
-  ``retry_cnt`` 7, ``rnr_retry`` 7, ``timeout`` 14, ``min_rnr_timer`` 12, ``rq_psn`` = loc_psn.
+  source MAC, ``remote_ip`` = loc_ip, ``udp_sport`` = :func:`proto.cm_udp_sport` (0xC000 |
+  (engine QPN & 0x3FFF)), ``pmtu`` = the build's CM PMTU code (default 3, 1024 bytes),
+  ``next_psn`` = ``una_psn`` = rem_psn (the requester says where the engine's send PSN starts;
+  reset on every (re)open), ``remote_va`` = loc_base_addr, ``r_key`` = loc_r_key, ``rq_psn`` =
+  loc_psn, and the fixed fields of :data:`proto.CM_OPEN_ROW` (dscp 0, ecn 0, ``p_key`` 0xFFFF,
+  ``migreq`` 1, ``retry_cnt`` 7, ``rnr_retry`` 7, ``timeout`` 14, ``min_rnr_timer`` 12).
 * Reply ACK: loc_qpn = engine QPN, loc_psn = the engine's start PSN (= request rem_psn),
   loc_r_key 0, loc_base_addr 0, loc_ip = engine IP; rem_* = the request's loc_*.
 
@@ -102,17 +111,55 @@ cycles after WR n was taken (0 = back to back).
 Every reply
 -----------
 Goes to the frame's source MAC and IP, UDP source port 0x4321, destination port =
-``reply_port``; IPv4 as the TX path's (version 4, IHL 5, DF, TTL from the configuration,
+``reply_port``, or the request's UDP source port when ``reply_port`` is 0; IPv4 as the TX
+path's (:data:`proto.IPV4_FIXED`: version 4, IHL 5, DF; TTL from the configuration,
 identification 0, checksum), UDP checksum 0. Datagram: the request with loc_* and rem_* swapped
 (then the fields named above overwritten), loc_ip = engine IP, ``valid``/``req_type``,
-``reply_port`` and the whole txmeta (flags, length, count, period) echoed, ``ack_valid`` = 1,
-``ack_type`` = the code. An ERROR reply to a malformed request is the request swapped with
-loc_ip = engine IP, ack_valid = 1, ack_type = ERROR (req_type echoed as received). NAK and NO_QP
-replies likewise carry the request swapped with loc_ip = engine IP.
+``reply_port`` (as received, 0 included) and the whole txmeta (flags, length, count, period)
+echoed, ``ack_valid`` = 1, ``ack_type`` = the code. An ERROR reply to a malformed request is the
+request swapped with loc_ip = engine IP, ack_valid = 1, ack_type = ERROR (req_type echoed as
+received). NAK and NO_QP replies likewise carry the request swapped with loc_ip = engine IP.
 
 Counters: ``ok`` (requests obeyed: ACK replies) and one per reason above (:data:`COUNTERS`).
 Every datagram is counted exactly once. No request other than an obeyed OPEN, MODIFY, CLOSE or
 txmeta changes any QP row or the generator.
+
+Compatibility with the reference design
+---------------------------------------
+The reference is 100G-verilog-RoCEv2-lite's ``udp_RoCE_connection_manager`` in its "Slave"
+mode (``rtl/connection_manager/*.sv``) and its host script ``Scripts/send_connection_info.py``.
+Every datagram the script can send gets from us what the reference gives it, except where
+marked *we differ* (``tests/test_cm_reference.py`` replays each one through the engine):
+
+* OPEN_QP (``-r 1``): ACK from the next free QP (256 up), loc_psn 0 (= the script's rem_psn),
+  loc_r_key 0, loc_base_addr 0, loc_ip = engine IP, rem_* = the request's loc_*; NO_QP when none
+  is free. *We differ*: the lowest free row, not the reference's FIFO of closed QPNs; a re-open
+  of the same (IP, QPN) keeps its row; ``loc_ip`` must be the frame's source IP (the script puts
+  the address it listens on there).
+* MODIFY_QP_RTS (``-r 3``): ACK, loc_* = the request's rem_* (the script's rem_psn, rem_r_key,
+  rem_base_addr are 0: our loc_psn = rem_psn, loc_r_key 0, loc_base_addr 0 are the same bytes).
+  *We differ*: a QP number out of range, a QP not open or not the requester's gets NAK (the
+  reference's QP table answers ERROR unless the QP is in INIT); RTS -> RTS is obeyed.
+* CLOSE_QP (``-r 4``): ACK; NAK out of range, as the reference. *We differ*: NAK also for a
+  free QP or another owner; loc_psn = the QP's send PSN (the reference echoes rem_psn, 0).
+* txmeta (``-s``): starts the generator on QP rem_qpn with length, count and period (``-rt``:
+  clock / rate cycles). *We differ*: we reply (ACK, or NAK/ERROR after our checks: the QP must
+  be in RTS and the requester's, the generator idle); the reference sends nothing and ignores a
+  start while it runs. Its length is rounded down to a multiple of 4 and its immediate data is
+  0xABCD1234 constant; ours sends exactly the length asked for, imm = message number
+  (:mod:`roce_hw.model.generator`). A txmeta with ``tx_start`` 0 stops our generator on that
+  QP; the reference does nothing.
+* SEND_QP_INFO (``send_qp_info()``): the script sends it to UDP port 0x4322, not the CM's: the
+  RX front end passes it on as other traffic. Sent to 0x4321 it is ignored (rule 6), as the
+  reference ignores it.
+* Replies: *we differ* in the reply's bytes 49-63 (ours echo ``reply_port`` and the txmeta, the
+  reference sends its own port 0x4321 and zeros; the script decodes bytes 0-48 only), in the UDP
+  source port (0x4321; the reference's example design uses 0x8765), and NAK/NO_QP/ERROR replies
+  carry the request swapped (the reference repeats its previous reply's fields with the new code).
+* *We validate more*: the UDP checksum, the flag bits, the reserved txmeta bits, the top bytes of
+  the 24-bit fields and unknown request codes (the reference ignores all of these; we ERROR the
+  malformed ones and ignore only SEND_QP_INFO), FETCH_QP_INFO (5) is ours (the reference uses
+  code 5 internally only).
 """
 
 from dataclasses import dataclass
@@ -127,7 +174,8 @@ from .packet import ipv4_checksum
 
 __all__ = ["COUNTERS", "CONTEXT_FIELDS", "CmModel", "CmReply", "GeneratorState",
            "generator_payload", "generator_messages", "open_row", "reply_frame",
-           "request_frame", "CM_FRAME", "UDP_LENGTH", "IPV4_TOTAL_LENGTH"]
+           "request_frame", "parse_cm_frame", "udp_checksum", "udp_checksum_ok", "CM_FRAME",
+           "UDP_LENGTH", "IPV4_TOTAL_LENGTH"]
 
 #: Counter names: ``ok`` first, then the drop/refusal reasons in the order of the rules.
 COUNTERS = proto.CM_COUNTERS
@@ -149,9 +197,30 @@ def _unpack(dgram):
     return proto.CM_DATAGRAM.unpack(dgram)
 
 
-_MASK24 = 0xFFFFFF
-_TOP8 = 0xFF000000
+#: The bits above a 24-bit QPN/PSN in its 32-bit field (they must be 0).
+_TOP = ((1 << 32) - 1) ^ proto.PSN_MASK
 _VALID_REQS = (CmReq.OPEN_QP, CmReq.MODIFY_QP_RTS, CmReq.CLOSE_QP, CmReq.FETCH_QP_INFO)
+
+
+def _udp_sum(dgram, src_ip, dst_ip, src_port, dst_port, checksum):
+    """RFC 1071 check value over the IPv4 pseudo-header, the UDP header and ``dgram``: 0 when
+    the one's-complement sum of all of it is 0xFFFF."""
+    pseudo = (src_ip.to_bytes(4, "big") + dst_ip.to_bytes(4, "big")
+              + bytes((0, proto.IP_PROTO_UDP)) + UDP_LENGTH.to_bytes(2, "big"))
+    header = proto.UDP.pack(src_port=src_port, dst_port=dst_port, length=UDP_LENGTH,
+                            checksum=checksum)
+    return ipv4_checksum(pseudo + header + bytes(dgram))
+
+
+def udp_checksum(dgram, *, src_ip, dst_ip, src_port, dst_port=proto.CM_UDP_PORT):
+    """The UDP checksum a sender puts in a CM datagram's header (RFC 768; a computed 0 is sent
+    as 0xFFFF, 0 meaning "not computed")."""
+    return _udp_sum(dgram, src_ip, dst_ip, src_port, dst_port, 0) or 0xFFFF
+
+
+def udp_checksum_ok(dgram, *, src_ip, dst_ip, src_port, checksum, dst_port=proto.CM_UDP_PORT):
+    """Whether a received CM datagram's UDP ``checksum`` is right (or 0: not computed)."""
+    return checksum == 0 or _udp_sum(dgram, src_ip, dst_ip, src_port, dst_port, checksum) == 0
 
 
 @dataclass(frozen=True)
@@ -212,14 +281,12 @@ def generator_messages(gen):
 def open_row(index, *, remote_qpn, remote_mac, remote_ip, next_psn, remote_va, r_key, rq_psn,
              pmtu=int(proto.Pmtu.MTU_1024)):
     """The whole QP context row an obeyed OPEN_QP writes for QP ``index``."""
-    qpn = proto.LOCAL_QPN_BASE + index
-    return {
-        "state": int(QPState.INIT), "remote_qpn": remote_qpn, "remote_mac": remote_mac,
-        "remote_ip": remote_ip, "udp_sport": 0xC000 | (qpn & 0x3FFF), "dscp": 0, "ecn": 0,
-        "p_key": 0xFFFF, "migreq": 1, "pmtu": int(pmtu), "next_psn": next_psn,
-        "una_psn": next_psn, "remote_va": remote_va, "r_key": r_key, "retry_cnt": 7,
-        "rnr_retry": 7, "timeout": 14, "min_rnr_timer": 12, "rq_psn": rq_psn,
-    }
+    row = dict(proto.CM_OPEN_ROW)
+    row.update(state=int(QPState.INIT), remote_qpn=remote_qpn, remote_mac=remote_mac,
+               remote_ip=remote_ip, udp_sport=proto.cm_udp_sport(proto.LOCAL_QPN_BASE + index),
+               pmtu=int(pmtu), next_psn=next_psn, una_psn=next_psn, remote_va=remote_va,
+               r_key=r_key, rq_psn=rq_psn)
+    return {name: row[name] for name in CONTEXT_FIELDS}
 
 
 class CmModel:
@@ -283,41 +350,51 @@ class CmModel:
         self.generator = None
 
     # -- the responder -------------------------------------------------------------------------
-    def handle(self, dgram, src_mac, src_ip, src_port=0):
-        """Process one datagram (64 bytes) received from ``src_mac``/``src_ip``/``src_port``.
+    def handle(self, dgram, src_mac, src_ip, src_port=0, udp_checksum=0):
+        """Process one datagram (64 bytes) received from ``src_mac``/``src_ip``/``src_port``
+        with the UDP checksum field ``udp_checksum`` (0: not computed).
 
         Applies the row changes and generator start/stop, counts the request once, and returns
         the reply as a :class:`CmReply` (``(dst_mac, dst_ip, dst_port, dgram)``) or ``None``
-        when no reply is sent (``bad_port``). A ``dgram`` that is not 64 bytes raises
-        ``ValueError`` (the RX front end never passes one)."""
+        when no reply is sent (``bad_checksum``, ``bad_port``, ``ignored``). A ``dgram`` that
+        is not 64 bytes raises ``ValueError`` (the RX front end never passes one)."""
         req = _unpack(dgram)
-        code, reason, fields = self._process(req, int(src_mac), int(src_ip))
+        src_port = int(src_port)
+        if udp_checksum_ok(dgram, src_ip=int(src_ip), dst_ip=self.local_ip, src_port=src_port,
+                           checksum=int(udp_checksum)):
+            code, reason, fields = self._process(req, int(src_mac), int(src_ip), src_port)
+        else:
+            code, reason = None, "bad_checksum"
         self.counters[reason] += 1
         if code is None:
             return None
         reply = dict(fields)
         reply["ack_valid"] = 1
         reply["ack_type"] = int(code)
-        return CmReply(int(src_mac), int(src_ip), req["reply_port"], proto.CM_DATAGRAM.pack(reply))
+        return CmReply(int(src_mac), int(src_ip), req["reply_port"] or src_port,
+                       proto.CM_DATAGRAM.pack(reply))
 
-    def _process(self, req, src_mac, src_ip):
-        """``(ack code or None, counter name, reply fields before the ack flags)``."""
+    def _process(self, req, src_mac, src_ip, src_port):
+        """``(ack code or None, counter name, reply fields before the ack flags)`` of a
+        datagram whose checksum is right (rule 1)."""
         base = proto.cm_swap(req)
         base["loc_ip"] = self.local_ip
 
         def refuse(code, reason):
             return code, reason, base
 
-        # 1-6: the datagram itself, before anything acts
+        # 2-8: the datagram itself, before anything acts
+        if req["reply_port"] == 0 and src_port == 0:
+            return None, "bad_port", None
         if req["ack_valid"] or req["ack_type"]:
             return refuse(CmAck.ERROR, "bad_flags")
         if req["tx_resv"]:
             return refuse(CmAck.ERROR, "bad_txmeta")
         if req["valid"] == req["tx_valid"]:
             return refuse(CmAck.ERROR, "bad_flags")
-        if req["reply_port"] == 0:
-            return None, "bad_port", None
-        if any(req[f] & _TOP8 for f in ("loc_qpn", "loc_psn", "rem_qpn", "rem_psn")):
+        if req["valid"] and req["req_type"] == CmReq.SEND_QP_INFO:
+            return None, "ignored", None
+        if any(req[f] & _TOP for f in ("loc_qpn", "loc_psn", "rem_qpn", "rem_psn")):
             return refuse(CmAck.ERROR, "bad_field")
         if req["valid"] and req["req_type"] not in _VALID_REQS:
             return refuse(CmAck.ERROR, "bad_req")
@@ -439,8 +516,8 @@ class CmModel:
 
     def handle_frame(self, frame):
         """:meth:`handle` for a whole frame that passed the RX front end's CM checks (see
-        :func:`parse_cm_frame`); returns the reply frame or ``None``. A frame that is not a CM
-        frame for this engine is ignored (``None``, nothing counted)."""
+        :func:`parse_cm_frame`, UDP checksum included); returns the reply frame or ``None``. A
+        frame that is not a CM frame for this engine is ignored (``None``, nothing counted)."""
         parsed = parse_cm_frame(frame, local_mac=self.local_mac, local_ip=self.local_ip)
         if parsed is None:
             return None
@@ -449,21 +526,25 @@ class CmModel:
 
 
 def _ipv4(src, dst, ttl):
-    ip = {"version": 4, "ihl": 5, "total_length": IPV4_TOTAL_LENGTH, "identification": 0,
-          "flag_df": 1, "ttl": ttl, "protocol": proto.IP_PROTO_UDP, "checksum": 0,
-          "src": src, "dst": dst}
+    ip = dict(proto.IPV4_FIXED, total_length=IPV4_TOTAL_LENGTH, identification=0, ttl=ttl,
+              protocol=proto.IP_PROTO_UDP, checksum=0, src=src, dst=dst)
     ip["checksum"] = ipv4_checksum(proto.IPV4.pack(ip))
     return ip
 
 
 def request_frame(dgram, *, src_mac, dst_mac, src_ip, dst_ip, src_port=proto.CM_REPLY_UDP_PORT,
-                  dst_port=proto.CM_UDP_PORT, ttl=64):
-    """A CM request frame (Ethernet/IPv4/UDP/datagram, no FCS) as a host sends it."""
+                  dst_port=proto.CM_UDP_PORT, ttl=64, checksum=0):
+    """A CM request frame (Ethernet/IPv4/UDP/datagram, no FCS) as a host sends it. The UDP
+    checksum field is ``checksum`` (an integer; 0: not computed), or the right one
+    (:func:`udp_checksum`) with ``checksum=True``."""
+    if checksum is True:
+        checksum = udp_checksum(dgram, src_ip=src_ip, dst_ip=dst_ip, src_port=src_port,
+                                dst_port=dst_port)
     return insert(CM_FRAME[:3], {
         "eth": {"dst": dst_mac, "src": src_mac, "ethertype": proto.ETHERTYPE_IPV4},
         "ipv4": _ipv4(src_ip, dst_ip, ttl),
         "udp": {"src_port": src_port, "dst_port": dst_port, "length": UDP_LENGTH,
-                "checksum": 0},
+                "checksum": int(checksum)},
     }, dgram)
 
 
@@ -477,7 +558,8 @@ def reply_frame(reply, *, local_mac, local_ip, ttl=64):
 
 
 def parse_cm_frame(frame, *, local_mac, local_ip):
-    """``(dgram, src_mac, src_ip, src_port)`` of a frame that passes the RX front end's CM
+    """``(dgram, src_mac, src_ip, src_port, udp_checksum)`` of a frame that passes the RX front
+    end's CM
     checks (destination MAC ours, EtherType IPv4, version 4, IHL 5, no fragment, header
     checksum, total length = 92 within the frame, destination IP ours, protocol UDP, UDP
     destination port 0x4321, UDP length 72), else ``None``. Ethernet padding after the IPv4
@@ -499,4 +581,5 @@ def parse_cm_frame(frame, *, local_mac, local_ip):
     if not ok:
         return None
     start = proto.ETH.size + proto.IPV4.size + proto.UDP.size
-    return frame[start:start + proto.CM_DATAGRAM.size], eth["src"], ip["src"], udp["src_port"]
+    return (frame[start:start + proto.CM_DATAGRAM.size], eth["src"], ip["src"], udp["src_port"],
+            udp["checksum"])

@@ -70,7 +70,7 @@ class EngineModel:
         if res.kind == "cm":
             f = res.fields
             reply = self.cm.handle(proto.CM_DATAGRAM.pack(f["dgram"]), f["src_mac"], f["src_ip"],
-                                   f["src_port"])
+                                   f["src_port"], f["udp_checksum"])
             out = [] if reply is None else [self.cm.frame(reply)]
             gen = self.cm.generator
             if gen is not None:
