@@ -129,8 +129,9 @@ class RoceEngine(wiring.Component):
     beat on ``tx`` in cycle :attr:`TxEngine.latency` + 2 (the WR mux's register and the frame
     arbiter's; 10 at 64 and 512 bits, measured by ``tests/test_engine.py``); a resume 8 to 9
     cycles more (the segmenter works out where the message resumes: 18 at 64 bits, 19 at 512
-    measured); CM datagram -> reply some tens of cycles (OPEN_QP without a QP number about
-    ``4 * n_qp`` more: it reads the table).
+    measured); CM datagram -> reply 45 to 53 cycles (41 of them the UDP checksum; OPEN_QP
+    without a QP number ``5 * n_qp + 49``: it reads the table; see
+    :class:`~roce_hw.ctrl.cm.CmResponder`).
     Throughput: the TX engine's (one beat per cycle), shared by the user's and the generator's
     requests; a reply frame delays data frames by at most one reply frame.
     Backpressure: ``tx`` stalls the data frames and replies; ``wr``, ``resume`` and ``i`` wait
