@@ -2,6 +2,7 @@
 """Packaging: only ``roce_hw`` is installed, its public API, and a LICENSE matching pyproject."""
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -59,6 +60,17 @@ def wheel(tmp_path_factory):
     assert res.returncode == 0, res.stderr
     (whl,) = (tmp / "dist").glob("*.whl")
     return whl
+
+
+def test_test_extras_hold_the_build_requirements():
+    """The packaging tests build with ``--no-build-isolation`` (no network), so ``.[test]``
+    must install what ``[build-system]`` requires, with the same lower bounds."""
+    def reqs(items):
+        return {re.match(r"[A-Za-z0-9_.-]+", r).group().lower(): r for r in items}
+    py = _pyproject()
+    build = reqs(py["build-system"]["requires"])
+    test = reqs(py["project"]["optional-dependencies"]["test"])
+    assert {name: test.get(name) for name in build} == build
 
 
 def test_wheel_holds_only_roce_hw(wheel):
