@@ -1,7 +1,14 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Test options, the data the tests read (all inside the repository) and the missing-tool policy.
+"""Test options and tiers, the data the tests read (all inside the repository) and the
+missing-tool policy.
 
-``--slow`` runs the long simulations (all widths, more seeds).
+Tiers (docs/testing.md):
+
+* ``python3 -m pytest -n 2 -q`` (the README's and CI's command): everything but ``slow``;
+* ``python3 -m pytest -n 2 -q -m "not system"``: the quick tier, for iteration;
+* ``python3 -m pytest -n 2 -q -m system``: only the tests that boot QEMU, synthesise with
+  Yosys/nextpnr or build a wheel or virtualenv (:data:`SYSTEM_TESTS` marks them here, centrally);
+* ``--slow`` adds the long simulations (all widths, more seeds) to any of these.
 
 Data: the real soft-RoCE captures are in ``tests/captures/`` (see its README) and the parts of the
 protocol reference the tests check against are in ``tests/reference/PROTOCOL_excerpt.md``; a
@@ -22,6 +29,7 @@ run time -- :class:`roce_hw.generate.ToolMissing` (raised by the lint and the co
 handled the same way.
 """
 
+import fnmatch
 import os
 import re
 import shutil
@@ -30,8 +38,9 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["ROOT", "GOLDEN_DIR", "PROTOCOL_EXCERPT", "SHARED_DIR", "TOOL_PACKAGES", "in_ci",
-           "missing_tools", "protocol_md", "golden_dir", "shared_dir"]
+__all__ = ["ROOT", "GOLDEN_DIR", "PROTOCOL_EXCERPT", "SHARED_DIR", "TOOL_PACKAGES",
+           "SYSTEM_TESTS", "system_reason", "in_ci", "missing_tools", "protocol_md",
+           "golden_dir", "shared_dir"]
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -47,6 +56,42 @@ SHARED_DIR = ROOT.parent / "shared"
 #: External programs the tests use -> the Debian/Ubuntu package that provides each.
 TOOL_PACKAGES = {"verilator": "verilator", "iverilog": "iverilog", "vvp": "iverilog",
                  "tshark": "tshark"}
+
+#: The ``system`` tier: tests that spend their time outside Python on a heavy job -- boot the
+#: QEMU soft-RoCE guest, synthesise (Yosys) or place and route (nextpnr) a design, build a wheel
+#: or a virtualenv. Rows: file in tests/, fnmatch pattern of the test *function* name (every
+#: parametrisation of it), why. Marked here rather than in the files, so that the tier has one
+#: list; tests/test_tool_policy.py checks that every row names tests that exist and that ``-m
+#: system`` selects exactly these. Verilator lint and the Icarus/Verilator co-simulations are
+#: not here: they take seconds and belong to the quick tier.
+SYSTEM_TESTS = [
+    ("test_rxe.py", "test_rxe_*", "boots the QEMU guest with Linux rxe (vm fixture)"),
+    ("test_rxe.py", "test_cli_end_to_end", "boots the QEMU guest (python -m sim.rxe)"),
+    ("test_e2e.py", "test_e2e_*", "boots the QEMU guest with Linux rxe (vm fixture)"),
+    ("test_e2e.py", "test_cli", "boots the QEMU guest (python -m sim.e2e)"),
+    ("test_timing.py", "test_engine_longest_path*", "synthesises the whole TX engine (Yosys)"),
+    ("test_bench_synth.py", "test_register_names_ecp5", "synthesises a design (Yosys synth_ecp5)"),
+    ("test_bench_synth.py", "test_ecp5_several_seeds",
+     "Yosys and nextpnr-ecp5 place and route, several seeds (python -m bench.synth)"),
+    ("test_bench_synth.py", "test_xcup_run_smallest",
+     "synthesises a block (python -m bench.synth, Yosys synth_xilinx)"),
+    ("test_header.py", "test_*_logic_depth", "synthesises a header block (Yosys synth_xilinx)"),
+    ("test_header.py", "test_*_size_*", "synthesises a header block (Yosys synth_xilinx)"),
+    ("test_packaging.py", "test_wheel_holds_only_roce_hw", "builds the wheel (pip wheel)"),
+    ("test_packaging.py", "test_editable_install_*",
+     "creates a virtualenv and installs the checkout into it (pip install -e)"),
+]
+
+
+def system_reason(path, name):
+    """Why the test function ``name`` of ``path`` (a file in tests/) is in the ``system`` tier,
+    or None."""
+    for file, pattern, reason in SYSTEM_TESTS:
+        if Path(path).name == file and Path(path).parent == ROOT / "tests" and \
+                fnmatch.fnmatchcase(name, pattern):
+            return reason
+    return None
+
 
 _SKIP_RE = re.compile(r"\b(" + "|".join(TOOL_PACKAGES) + r")\b.*not (installed|found)")
 
@@ -81,9 +126,18 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "tools(*names): external programs the test needs "
                                        "(verilator, iverilog, vvp, tshark)")
+    config.addinivalue_line("markers", "system(reason): boots QEMU, synthesises or places and "
+                                       "routes, or builds a wheel/virtualenv (set from "
+                                       "conftest.SYSTEM_TESTS); deselect with -m 'not system'")
 
 
+# tryfirst: the markers must be on the items before pytest's own hook deselects by -m / -k
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        reason = system_reason(item.path, getattr(item, "originalname", item.name))
+        if reason is not None:
+            item.add_marker(pytest.mark.system(reason))
     if config.getoption("--slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --slow")

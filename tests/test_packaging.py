@@ -2,7 +2,9 @@
 """Packaging: only ``roce_hw`` is installed, its public API, and a LICENSE matching pyproject."""
 
 import os
+import re
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -60,6 +62,17 @@ def wheel(tmp_path_factory):
     return whl
 
 
+def test_test_extras_hold_the_build_requirements():
+    """The packaging tests build with ``--no-build-isolation`` (no network), so ``.[test]``
+    must install what ``[build-system]`` requires, with the same lower bounds."""
+    def reqs(items):
+        return {re.match(r"[A-Za-z0-9_.-]+", r).group().lower(): r for r in items}
+    py = _pyproject()
+    build = reqs(py["build-system"]["requires"])
+    test = reqs(py["project"]["optional-dependencies"]["test"])
+    assert {name: test.get(name) for name in build} == build
+
+
 def test_wheel_holds_only_roce_hw(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
@@ -72,21 +85,47 @@ def test_wheel_holds_only_roce_hw(wheel):
     assert any(n.startswith(f"{di}/") and "LICENSE" in n for n in names), "LICENSE not shipped"
 
 
+def _site_dirs():
+    """The site directories of the interpreter running the tests: a virtualenv's own
+    site-packages (plus its base's with ``--system-site-packages``), or the system Python's,
+    and the user site. Directories only, never what their ``.pth`` files add to ``sys.path``
+    (an editable install of this checkout puts the checkout itself there)."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def _fresh_venv(env_dir):
+    """A new virtualenv at ``env_dir`` that sees the test environment's packages (pip,
+    setuptools, wheel, Amaranth: no download) and nothing else; returns its python.
+
+    Not ``system_site_packages=True``: that gives the *base* interpreter's packages, which in a
+    fresh ``python3 -m venv`` are not the ones the test extras installed (a base with only
+    setuptools 65 and no ``wheel`` failed: "invalid command 'bdist_wheel'"). The test
+    environment's site directories go into a ``.pth`` file instead, after the new venv's own
+    site-packages, so its editable install is found first."""
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c",
+                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "_roce_hw_test_env.pth").write_text("".join(f"{d}\n" for d in _site_dirs()))
+    return py
+
+
 def test_editable_install_does_not_pollute_the_namespace(tmp_path):
     """``pip install -e .`` in a fresh virtualenv: from another folder ``import sim`` fails,
     ``import build`` does not find build.py, and the public API imports."""
     src = _copy_checkout(tmp_path / "src")
-    env_dir = tmp_path / "venv"
-    # system site packages: Amaranth and friends come from the test environment, no download
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    py = env_dir / "bin" / "python"
+    py = _fresh_venv(tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     res = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps",
                           "--no-build-isolation", "-e", str(src)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
     def run(code):
         return subprocess.run([str(py), "-c", code], cwd=elsewhere, capture_output=True,

@@ -1,14 +1,22 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The missing-tool policy of tests/conftest.py, seen from outside: pytest runs with a ``PATH``
-that has no verilator, iverilog or tshark. On a user's machine those tests skip with one summary
-line naming the ``apt-get install``; in CI (``CI=true``) they fail."""
+"""The policies of tests/conftest.py, seen from outside.
 
+Missing tools: pytest runs with a ``PATH`` that has no verilator, iverilog or tshark. On a
+user's machine those tests skip with one summary line naming the ``apt-get install``; in CI
+(``CI=true``) they fail.
+
+Tiers: every row of ``conftest.SYSTEM_TESTS`` names tests that exist, and ``-m system`` selects
+exactly the tests the rows name.
+"""
+
+import ast
+import fnmatch
 import os
 import re
 import subprocess
 import sys
 
-from conftest import ROOT, TOOL_PACKAGES
+from conftest import ROOT, SYSTEM_TESTS, TOOL_PACKAGES, system_reason
 
 __all__ = []
 
@@ -67,3 +75,40 @@ def test_ci_fails_instead_of_skipping():
     assert "skipped" not in out
     summary = [ln for ln in out.splitlines() if ln.startswith(("FAILED", "ERROR"))]
     assert len(summary) == 5 and all("apt-get install" in ln for ln in summary), summary
+
+
+def _test_functions(path):
+    """Names of the test functions pytest collects from ``path`` (module level and ``Test*``
+    classes), read from the source."""
+    tree = ast.parse(path.read_text())
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    names = [n.name for n in tree.body if isinstance(n, funcs)]
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef) and cls.name.startswith("Test"):
+            names += [n.name for n in cls.body if isinstance(n, funcs)]
+    return [n for n in names if n.startswith("test")]
+
+
+def test_system_table_names_tests_that_exist():
+    stale = []
+    for file, pattern, reason in SYSTEM_TESTS:
+        path = ROOT / "tests" / file
+        names = _test_functions(path) if path.is_file() else []
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            stale.append(f"{file}::{pattern} ({reason})")
+    assert not stale, "conftest.SYSTEM_TESTS rows that match no test: " + ", ".join(stale)
+
+
+def test_system_marker_selects_exactly_the_table():
+    files = sorted({file for file, _, _ in SYSTEM_TESTS})
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0",
+                          "--collect-only", "-q", "-m", "system",
+                          *(f"tests/{f}" for f in files)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    got = {re.sub(r"\[.*\]$", "", line) for line in res.stdout.splitlines()
+           if line.startswith("tests/")}
+    want = {f"tests/{f}::{n}" for f in files for n in _test_functions(ROOT / "tests" / f)
+            if system_reason(ROOT / "tests" / f, n) is not None}
+    assert got == want
+    assert len(want) >= len(SYSTEM_TESTS)
