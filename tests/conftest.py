@@ -69,7 +69,7 @@ SYSTEM_TESTS = [
     ("test_rxe.py", "test_cli_end_to_end", "boots the QEMU guest (python -m sim.rxe)"),
     ("test_e2e.py", "test_e2e_*", "boots the QEMU guest with Linux rxe (vm fixture)"),
     ("test_e2e.py", "test_cli", "boots the QEMU guest (python -m sim.e2e)"),
-    ("test_timing.py", "test_engine_longest_path*", "synthesises the whole TX engine (Yosys)"),
+    ("test_timing.py", "test_*_longest_path*", "synthesises the whole engine or the frame FIFO (Yosys)"),
     ("test_bench_synth.py", "test_register_names_ecp5", "synthesises a design (Yosys synth_ecp5)"),
     ("test_bench_synth.py", "test_ecp5_several_seeds",
      "Yosys and nextpnr-ecp5 place and route, several seeds (python -m bench.synth)"),

