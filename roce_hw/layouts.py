@@ -96,7 +96,7 @@ def local_qpn(index):
         if index < 0 or proto.LOCAL_QPN_BASE + index > proto.QPN_MASK:
             raise ValueError(f"QP index {index} out of range")
         return proto.LOCAL_QPN_BASE + index
-    return (Value.cast(index) + proto.LOCAL_QPN_BASE)[:24]
+    return (Value.cast(index) + proto.LOCAL_QPN_BASE)[:proto.QPN_BITS]
 
 
 def qp_index(qpn, n_qp=None):
@@ -123,13 +123,13 @@ def mgmt_rsp_layout(n_qp):
 
 def tx_upd_layout(n_qp):
     """Payload of the TX write-back stream: ``{qp, psn_we, next_psn, state_we, state}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "psn_we": 1, "next_psn": 24,
+    return data.StructLayout({"qp": qp_index_width(n_qp), "psn_we": 1, "next_psn": proto.PSN_BITS,
                               "state_we": 1, "state": 3})
 
 
 def una_upd_layout(n_qp):
     """Payload of the ACK handler's write-back stream: ``{qp, una_psn}``."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": 24})
+    return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": proto.PSN_BITS})
 
 
 class IndexSignature(wiring.Signature):

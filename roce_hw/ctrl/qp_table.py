@@ -5,6 +5,7 @@ from amaranth import *
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import proto
 from ..config import check_n_qp
 from ..layouts import (QP_CONTEXT, QPReadSignature, mgmt_req_layout, mgmt_rsp_layout,
                        qp_index_width, tx_upd_layout, una_upd_layout)
@@ -155,9 +156,9 @@ class QPStateTable(wiring.Component):
 
         mem_cfg = memory.Memory(shape=_CFG, depth=n, init=[
             {k: v for k, v in row.items() if k not in _SPLIT_FIELDS} for row in self._init])
-        mem_psn = memory.Memory(shape=24, depth=n, init=init_of("next_psn"))
+        mem_psn = memory.Memory(shape=proto.PSN_BITS, depth=n, init=init_of("next_psn"))
         mem_state = memory.Memory(shape=3, depth=n, init=init_of("state"))
-        mem_una = memory.Memory(shape=24, depth=n, init=init_of("una_psn"))
+        mem_una = memory.Memory(shape=proto.PSN_BITS, depth=n, init=init_of("una_psn"))
         m.submodules.mem_cfg = mem_cfg
         m.submodules.mem_psn = mem_psn
         m.submodules.mem_state = mem_state
@@ -308,9 +309,9 @@ class QPStateTable(wiring.Component):
                      same_una.eq(una_we & (una.payload.qp == req.payload.qp))]
         tx_psn_we = Signal(name="mrd_tx_psn_we")
         tx_state_we = Signal(name="mrd_tx_state_we")
-        tx_psn = Signal(24, name="mrd_tx_psn")
+        tx_psn = Signal(proto.PSN_BITS, name="mrd_tx_psn")
         tx_state = Signal.like(tx.payload.state, name="mrd_tx_state")
-        una_psn = Signal(24, name="mrd_una_psn")
+        una_psn = Signal(proto.PSN_BITS, name="mrd_una_psn")
         with m.If(en):
             m.d.sync += [
                 echo.eq(req.payload.write),
@@ -320,9 +321,9 @@ class QPStateTable(wiring.Component):
                 una_hit.eq(same_una), una_psn.eq(una.payload.una_psn),
             ]
         out = {"cfg": Signal.like(mrd["cfg"].data, name="mrd_cfg"),
-               "psn": Signal(24, name="mrd_psn"),
+               "psn": Signal(proto.PSN_BITS, name="mrd_psn"),
                "state": Signal.like(mrd["state"].data, name="mrd_state"),
-               "una": Signal(24, name="mrd_una")}
+               "una": Signal(proto.PSN_BITS, name="mrd_una")}
         for name, _ in _CFG:
             m.d.comb += out["cfg"][name].eq(Mux(echo, req_ctx[name], mrd["cfg"].data[name]))
         m.d.comb += [
