@@ -15,10 +15,11 @@ from roce_hw.model.packet import QPPath, build_request_frame, parse_frame
 from roce_hw.model.requester import RequesterModel
 from roce_hw.model.segment import segment_message
 from roce_hw.engine import TxEngine
+from roce_hw.generate import emit, lint
 from roce_hw.verbs import WcStatus
+from sim.bfm import QPSetup, mgmt_write, qp_context
 from sim.harness import run_simulation
 from sim.stream import send_packet
-from roce_hw.generate import emit, lint
 
 __all__ = []
 
@@ -29,26 +30,9 @@ OPS = (WO.RDMA_WRITE, WO.RDMA_WRITE_WITH_IMM, WO.SEND, WO.SEND_WITH_IMM)
 
 
 @dataclass
-class QP:
-    index: int
-    remote_qpn: int
-    remote_mac: int
-    remote_ip: int
-    udp_sport: int
-    start_psn: int
-    pmtu: int
-    dscp: int = 0
-    ecn: int = 0
-    p_key: int = 0xFFFF
-    migreq: int = 0
-    state: int = proto.QPState.RTS
-
+class QP(QPSetup):
     def ctx(self):
-        return {"state": int(self.state), "remote_qpn": self.remote_qpn,
-                "remote_mac": self.remote_mac, "remote_ip": self.remote_ip,
-                "udp_sport": self.udp_sport, "dscp": self.dscp, "ecn": self.ecn,
-                "p_key": self.p_key, "migreq": self.migreq, "pmtu": proto.pmtu_code(self.pmtu),
-                "next_psn": self.start_psn, "una_psn": self.start_psn}
+        return qp_context(self)
 
     def path(self, ttl=64):
         return QPPath(src_mac=LOCAL_MAC, dst_mac=self.remote_mac, src_ip=LOCAL_IP,
@@ -125,13 +109,7 @@ def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=
             max_cycles *= 4
 
     async def write_qp(ctx, q):
-        ctx.set(dut.qp_mgmt_req.payload, {"qp": q.index, "write": 1, "ctx": q.ctx()})
-        ctx.set(dut.qp_mgmt_req.valid, 1)
-        await ctx.tick().until(dut.qp_mgmt_req.ready)
-        ctx.set(dut.qp_mgmt_req.valid, 0)
-        ctx.set(dut.qp_mgmt_rsp.ready, 1)
-        await ctx.tick().until(dut.qp_mgmt_rsp.valid)
-        ctx.set(dut.qp_mgmt_rsp.ready, 0)
+        await mgmt_write(ctx, dut, q.index, q.ctx())
 
     async def setup_and_post(ctx):
         ctx.set(dut.local_mac, local_mac)
