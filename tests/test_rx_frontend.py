@@ -21,6 +21,7 @@ from roce_hw.model.packet import QPPath, build_ack_frame, build_frame, ipv4_chec
 from roce_hw.proto import Opcode
 from roce_hw.rx.frontend import (RxFrontEnd, arp_req_layout, cm_rx_layout, roce_rx_layout,
                                  rx_counters_layout)
+from roce_hw.rx.rules import verdict_layout
 from sim.harness import run_simulation
 from sim.stream import beats_of
 
@@ -301,6 +302,11 @@ def test_model_constants():
     assert model.ICRC_MAX_FRAME_BYTES == MAX_FRAME_BYTES
     assert tuple(rx_counters_layout().members) == model.RX_COUNTERS
     assert len(set(model.RX_COUNTERS)) == len(model.RX_COUNTERS)
+    # the rules' verdicts: the kinds passed on, then every reason of a drop
+    assert proto.RX_VERDICTS[:4] == model.KINDS[:4]
+    assert set(proto.RX_VERDICTS) == set(model.OUTCOMES) - {"arp_full", "cm_full", "roce_full",
+                                                             "other_dropped"}
+    assert tuple(verdict_layout().members["verdict"].members) == proto.RX_VERDICTS
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -395,7 +401,7 @@ class Run:
     counters, the beats sent per frame and the model's verdicts."""
 
 
-def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=4, other_bytes=8192,
+def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=None, other_bytes=8192,
                  p_stall=0.2, p_gap=0.5, p_idle=0.05, hold=False, max_cycles=None):
     """Send ``frames`` (``(bytes, bad)``) into an RxFrontEnd, collect every output.
 
@@ -404,9 +410,10 @@ def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=4, other_byt
     ``p_idle``. Lanes beyond ``keep`` carry random bytes; ``abort`` is random on beats other than
     the last. Consumers stall with probability ``p_stall``; with ``hold`` they take nothing
     until every frame has been counted."""
-    config = EngineConfig(data_width=width)
-    dut = RxFrontEnd(config, rx_other=rx_other, queue_depth=queue_depth,
-                     other_bytes=other_bytes)
+    depths = {} if queue_depth is None else {f"rx_{kind}_depth": queue_depth
+                                             for kind in ("arp", "cm", "roce")}
+    config = EngineConfig(data_width=width, **depths)
+    dut = RxFrontEnd(config, rx_other=rx_other, other_bytes=other_bytes)
     n = width // 8
     rng = random.Random(seed)
     sent = []
@@ -761,9 +768,12 @@ def test_frontend_parameters():
         RxFrontEnd(object())
     with pytest.raises(TypeError):
         RxFrontEnd(config, rx_other=1)
-    for depth in (0, 65, True, 2.0):
-        with pytest.raises(ValueError):
-            RxFrontEnd(config, queue_depth=depth)
+    for depth in (0, 4097, True, 2.0):
+        for kind in ("arp", "cm", "roce"):
+            with pytest.raises(ValueError):
+                EngineConfig(data_width=64, **{f"rx_{kind}_depth": depth})
+    assert RxFrontEnd(EngineConfig(data_width=64, rx_cm_depth=5)).queue_depths == \
+        {"arp": 32, "cm": 5, "roce": 32}
     with pytest.raises(ValueError):
         RxFrontEnd(config, other_bytes=8)
     assert RxFrontEnd(config, other_bytes=1000).other_bytes == 1024
