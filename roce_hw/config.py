@@ -59,7 +59,7 @@ class EngineConfig:
         PMTU code (:class:`roce_hw.proto.Pmtu`, 1..5 = 256..4096 bytes) of the QPs the
         connection manager opens; 3 (1024 bytes) suits a 1500-byte Ethernet MTU.
     rx_arp_depth, rx_cm_depth, rx_roce_depth : int
-        Entries (1 to :data:`MAX_RX_QUEUE`) of the RX front end's queues of ARP requests, CM
+        Entries (2 to :data:`MAX_RX_QUEUE`) of the RX front end's queues of ARP requests, CM
         datagrams and RoCEv2 packet headers (:class:`roce_hw.rx.frontend.RxFrontEnd`): a burst
         of that many items is held while the consumer is busy; an item that finds its queue full
         is dropped and counted. 32 each by default: sixteen hosts connecting at once (an ARP
@@ -103,8 +103,8 @@ class EngineConfig:
         for name in ("rx_arp_depth", "rx_cm_depth", "rx_roce_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or \
-                    not 1 <= value <= MAX_RX_QUEUE:
-                raise ValueError(f"{name} must be an integer from 1 to {MAX_RX_QUEUE}, "
+                    not 2 <= value <= MAX_RX_QUEUE:
+                raise ValueError(f"{name} must be an integer from 2 to {MAX_RX_QUEUE}, "
                                  f"not {value!r}")
 
     @property

@@ -6,6 +6,8 @@ import random
 import struct
 
 import pytest
+from amaranth import Elaboratable, Module
+from amaranth.lib.fifo import SyncFIFOBuffered
 from scapy.contrib import roce as sroce
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
@@ -14,6 +16,7 @@ from scapy.utils import checksum as scapy_checksum
 from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.lib.deferred_fifo import DeferredFrameFifo
+from roce_hw.lib.drop_queue import DropQueue
 from roce_hw.lib.icrc import MAX_FRAME_BYTES
 from roce_hw.lib.ipv4_check import IPv4HeaderCheck
 from roce_hw.model import rx as model
@@ -664,6 +667,58 @@ def test_deferred_fifo_overflow(width):
     assert out == [b for k, (b, keep) in enumerate(frames) if keep and k != 3]
 
 
+# --- DropQueue ---------------------------------------------------------------------------------
+
+class _QueuePair(Elaboratable):
+    """A DropQueue and amaranth's own SyncFIFOBuffered (the oracle) side by side, fed alike."""
+
+    def __init__(self, width, depth):
+        self.q = DropQueue(width, depth)
+        self.ref = SyncFIFOBuffered(width=width, depth=depth)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.q, m.submodules.ref = self.q, self.ref
+        m.d.comb += [self.ref.w_en.eq(self.q.i.valid), self.ref.w_data.eq(self.q.i.payload),
+                     self.ref.r_en.eq(self.q.o.ready)]
+        return m
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4, 5, 8, 33])
+def test_drop_queue_is_a_buffered_fifo(depth):
+    """Cycle by cycle, DropQueue takes (``room``) and gives (``o``) exactly what
+    ``amaranth.lib.fifo.SyncFIFOBuffered`` of the same depth does, under random offers and
+    stalls, in bursts that fill it; every item taken comes out once, in order."""
+    rng = random.Random(depth)
+    dut = _QueuePair(16, depth)
+    q, ref = dut.q, dut.ref
+    seen = {"taken": [], "out": [], "full": 0}
+
+    async def tb(ctx):
+        for cycle in range(1500):
+            phase = (cycle // 100) % 3          # offers mostly, stalls mostly, both
+            valid = rng.random() < (0.9, 0.2, 0.5)[phase]
+            ready = rng.random() < (0.1, 0.9, 0.5)[phase]
+            item = rng.getrandbits(16)
+            ctx.set(q.i.valid, valid)
+            ctx.set(q.i.payload, item)
+            ctx.set(q.o.ready, ready)
+            room, ov, op = ctx.get(q.room), ctx.get(q.o.valid), ctx.get(q.o.payload)
+            assert (room, ov) == (ctx.get(ref.w_rdy), ctx.get(ref.r_rdy)), cycle
+            if ov:
+                assert op == ctx.get(ref.r_data), cycle
+            if valid:
+                seen["taken" if room else "full"] += [item] if room else 1
+            if ov and ready:
+                seen["out"].append(op)
+            await ctx.tick()
+
+    run_simulation(dut, [tb], cycles=1600)
+    assert seen["out"] == seen["taken"][:len(seen["out"])]
+    assert len(seen["taken"]) - len(seen["out"]) <= depth
+    assert seen["full"] > 0 and len(seen["out"]) > 100
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_frontend_back_to_back_exact(width):
     """Frames with no idle cycle between them (one-beat frames at 512 bits: ARP, ACKs, runts)
@@ -699,12 +754,12 @@ def test_frontend_queue_full(width):
 @pytest.mark.parametrize("width", FAST)
 def test_frontend_without_other(width):
     """``rx_other=False``: no ``other`` stream; those frames are dropped and counted. (Queues
-    of one entry.)"""
+    of two entries.)"""
     rng = random.Random(width + 8)
     frames = frame_mix(rng, 50, maxlen=60)
     dut = RxFrontEnd(EngineConfig(data_width=width), rx_other=False)
     assert "other" not in dut.signature.members
-    res = run_frontend(width, frames, width + 9, rx_other=False, queue_depth=1)
+    res = run_frontend(width, frames, width + 9, rx_other=False, queue_depth=2)
     want = check_run(res, rx_other=False)
     assert want["other"]
 
@@ -768,7 +823,7 @@ def test_frontend_parameters():
         RxFrontEnd(object())
     with pytest.raises(TypeError):
         RxFrontEnd(config, rx_other=1)
-    for depth in (0, 4097, True, 2.0):
+    for depth in (0, 1, 4097, True, 2.0):
         for kind in ("arp", "cm", "roce"):
             with pytest.raises(ValueError):
                 EngineConfig(data_width=64, **{f"rx_{kind}_depth": depth})
