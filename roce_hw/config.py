@@ -63,11 +63,10 @@ class EngineConfig:
         datagrams and RoCEv2 packet headers (:class:`roce_hw.rx.frontend.RxFrontEnd`): a burst
         of that many items is held while the consumer is busy; an item that finds its queue full
         is dropped and counted. 32 each by default: sixteen hosts connecting at once (an ARP
-        request, OPEN_QP and MODIFY_QP_RTS each) at line rate. Cost: ``depth - 1`` rows of
-        RAM of 80 / 624 / 193 bits plus an output register; up to 33 entries fit the
-        32-deep LUT RAM that 4 entries already use (Yosys ``synth_xilinx -family xcup`` maps
-        them to RAM32M16: 6 / 45 / 14 cells); the measured costs of other depths are in
-        :class:`~roce_hw.rx.frontend.RxFrontEnd`'s docstring.
+        request, OPEN_QP and MODIFY_QP_RTS each) at line rate. Cost: ``depth - 1`` rows of RAM
+        of 80 / 624 / 193 bits plus an output register; up to 33 entries fit the 32-deep LUT
+        RAM that 4 entries already take (the costs of other depths are in
+        :class:`~roce_hw.rx.frontend.RxFrontEnd`'s docstring).
     """
     data_width: int = 512
     n_qp: int = 16

@@ -11,7 +11,8 @@ and :func:`roce_hw.model.icrc.frame_icrc_ok`.
 is full), ``"other"`` (not for the engine: it leaves on ``other``, or is dropped when there is no
 ``other`` stream or no room) or ``"drop"`` (for the engine but malformed). ``reason`` is the
 counter of :data:`RX_COUNTERS` the frame is counted in when it is not dropped for lack of room
-(``kind`` itself for the first four kinds), one of :data:`roce_hw.proto.RX_VERDICTS`. The rules, in order -- the first that applies decides:
+(``kind`` itself for the first four kinds), one of :data:`roce_hw.proto.RX_VERDICTS`. The
+rules, in order -- the first that applies decides:
 
 1. the MAC flagged the frame bad (``abort`` on its last beat): drop, ``mac_bad``;
 2. shorter than an Ethernet header (14 bytes): drop, ``runt``;

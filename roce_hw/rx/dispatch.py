@@ -59,7 +59,7 @@ class RxDispatch(wiring.Component):
     cm : ``Out(stream.Signature(cm_rx_layout()))``
     roce : ``Out(stream.Signature(roce_rx_layout()))``
     outcome : ``Out(stream.Signature(rx_outcome_layout(), always_ready=True))``
-        What became of each frame (a register).
+        What became of each frame (a register); the payload is 0 while ``valid`` is 0.
     """
 
     def __init__(self, depths, *, rx_other, stored_lead):
@@ -126,6 +126,8 @@ class RxCounters(wiring.Component):
     Members
     -------
     i : ``In(stream.Signature(rx_outcome_layout(), always_ready=True))``
+        Its payload must be 0 while ``valid`` is 0 (:class:`RxDispatch`'s ``outcome`` is): a
+        bit counts as it is, with no gate behind the register.
     counters : ``Out(rx_counters_layout())``
     """
 
@@ -138,7 +140,6 @@ class RxCounters(wiring.Component):
         m.d.comb += c.rx_frames.eq(event_counter(m, len(c.rx_frames), self.i.valid,
                                                  "cnt_rx_frames"))
         for name in proto.RX_COUNTERS[1:]:
-            m.d.comb += c[name].eq(event_counter(m, len(c[name]),
-                                                 self.i.valid & self.i.payload[name],
+            m.d.comb += c[name].eq(event_counter(m, len(c[name]), self.i.payload[name],
                                                  f"cnt_{name}"))
         return m

@@ -57,10 +57,12 @@ class RxFrontEnd(wiring.Component):
     frame before its last beat has been checked: the MAC's bad flag, the lengths, the IPv4
     checksum and the iCRC all come from the whole frame.
 
-    Cost of the queues (Yosys ``synth_xilinx -family xcup``; items of 80 / 624 / 193 bits):
-    ``depth - 1`` rows of RAM and an output register each. 2 to 33 items cost the same RAM:
-    32-deep LUT RAM, 6 / 45 / 14 RAM32M16 cells (8 LUTs each); 34 to 65 items take 64-deep
-    LUT RAM (RAM64M8, about twice as many LUTs); Yosys moves deeper queues to block RAM.
+    Cost of a queue (Yosys ``synth_xilinx -family xcup``, the queue alone; items of 80 / 624 /
+    193 bits for ARP / CM / RoCE): ``depth - 1`` rows of RAM, an output register of one item
+    and 18 (4 items) to 78 (4096 items) LUTs of control, whose paths stay within 5 LUT levels
+    at any depth. 2 to 33 items take 32-deep LUT RAM, 6 / 45 / 14 RAM32M16 (8 LUTs each; 32
+    items: 32 LUTs of control); 34 to 65 items RAM64M8, 12 / 90 / 28 (38 LUTs); Yosys puts 512
+    items in block RAM, 3 RAMB18E2 / 9 RAMB36E2 / 3 RAMB36E2 (58 LUTs).
 
     Counters: every frame is counted in ``rx_frames`` and in exactly one of the others (see
     :data:`roce_hw.proto.RX_COUNTERS`), 32 bits each, wrapping; with the last beat of a frame
@@ -69,10 +71,13 @@ class RxFrontEnd(wiring.Component):
     Structure: blocks joined by streams with ``StructLayout`` payloads, a fixed-latency
     pipeline that never stalls (one frame per stage)::
 
-        i -> register -+-> RxParser --record (+4)--> RxRules --verdict (+6)--> RxDispatch -+-> arp, cm, roce
-                       |      \\--iCRC verdict (+10)--^                          |          +-> RxCounters
-                       +-> DeferredFrameFifo <------------- keep / discard ------+
-                                  \\--> other
+        i -> register -+-> RxParser --record--> RxRules --verdict--> RxDispatch -+-> arp, cm, roce
+                       |         \\--iCRC verdict--^                  |        +-> RxCounters
+                       +-> DeferredFrameFifo <------ keep / discard ---+
+                                 \\--> other
+
+    With the last beat of a frame on ``i`` in cycle t: its record in cycle t + 5, its iCRC
+    verdict and its verdict in cycle t + 11, its item out of the queue in cycle t + 13.
 
     :class:`~roce_hw.rx.parse.RxParser` reads the beats (header extractors, frame length, iCRC
     checker) and gives one record per frame; :class:`~roce_hw.rx.rules.RxRules` applies the
