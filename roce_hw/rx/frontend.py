@@ -53,7 +53,9 @@ class RxFrontEnd(wiring.Component):
     ``config.rx_cm_depth``, ``config.rx_roce_depth`` items (32 by default: sixteen hosts
     connecting at once, their ARP requests, OPEN_QP and MODIFY_QP_RTS datagrams back to back at
     line rate, are all kept while the CM serves them one at a time); an item whose queue is full
-    is dropped and counted (``arp_full``, ``cm_full``, ``roce_full``). Nothing is emitted for a
+    is dropped and counted (``arp_full``, ``cm_full``, ``roce_full``). RoCEv2 items can come one
+    per cycle (an ACK is one beat at 512 bits): their consumer must take one per cycle, and
+    ``rx_roce_depth`` is the longest stall it may make during such a burst. Nothing is emitted for a
     frame before its last beat has been checked: the MAC's bad flag, the lengths, the IPv4
     checksum and the iCRC all come from the whole frame.
 
