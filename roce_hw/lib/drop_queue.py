@@ -112,10 +112,12 @@ class DropQueue(wiring.Component):
         below_last = Signal()                   # used + 1 < rows
         above_one = Signal()                    # used - 1 > 0
         m.d.comb += [below_last.eq(used < rows - 1), above_one.eq(used > 1)]
-        with m.If(write & ~load):
+        # (`load` selects last: it depends on `o.ready`, which may come late)
+        with m.If(load):
+            with m.If(~write):
+                m.d.sync += [used.eq(used_dn), used_up.eq(used), used_dn.eq(used_dn - 1),
+                             room.eq(1), avail.eq(above_one)]
+        with m.Elif(write):
             m.d.sync += [used.eq(used_up), used_up.eq(used_up + 1), used_dn.eq(used),
                          room.eq(below_last), avail.eq(1)]
-        with m.Elif(load & ~write):
-            m.d.sync += [used.eq(used_dn), used_up.eq(used), used_dn.eq(used_dn - 1),
-                         room.eq(1), avail.eq(above_one)]
         return m
