@@ -61,10 +61,10 @@ class RxFrontEnd(wiring.Component):
 
     Cost of a queue (Yosys ``synth_xilinx -family xcup``, the queue alone; items of 80 / 624 /
     193 bits for ARP / CM / RoCE): ``depth - 1`` rows of RAM, an output register of one item
-    and 18 (4 items) to 78 (4096 items) LUTs of control, whose paths stay within 5 LUT levels
-    at any depth. 2 to 33 items take 32-deep LUT RAM, 6 / 45 / 14 RAM32M16 (8 LUTs each; 32
-    items: 32 LUTs of control); 34 to 65 items RAM64M8, 12 / 90 / 28 (38 LUTs); Yosys puts 512
-    items in block RAM, 3 RAMB18E2 / 9 RAMB36E2 / 3 RAMB36E2 (58 LUTs).
+    and 17 (4 items) to 78 (4096 items) LUTs of control, whose paths stay within 5 cells at
+    those depths. 2 to 33 items take 32-deep LUT RAM, 6 / 45 / 14 RAM32M16 (8 LUTs each; 32
+    items: 32 LUTs of control); 34 to 65 items RAM64M8, 12 / 90 / 28 (37 LUTs); Yosys puts 512
+    items in block RAM, 3 RAMB18E2 / 9 RAMB36E2 / 3 RAMB36E2 (57 LUTs).
 
     Counters: every frame is counted in ``rx_frames`` and in exactly one of the others (see
     :data:`roce_hw.proto.RX_COUNTERS`), 32 bits each, wrapping; with the last beat of a frame
