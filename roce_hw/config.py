@@ -3,13 +3,15 @@
 
 from dataclasses import dataclass
 
-__all__ = ["DATA_WIDTHS", "MAX_N_QP", "check_data_width", "check_n_qp", "check_config",
-           "EngineConfig"]
+__all__ = ["DATA_WIDTHS", "MAX_N_QP", "MAX_RX_QUEUE", "check_data_width", "check_n_qp",
+           "check_config", "EngineConfig"]
 
 #: The datapath widths the generator supports, in bits.
 DATA_WIDTHS = (64, 128, 256, 512, 1024)
 #: The most queue pairs a QP table holds.
 MAX_N_QP = 16384
+#: The most entries of one of the RX front end's item queues.
+MAX_RX_QUEUE = 4096
 
 
 def check_data_width(data_width):
@@ -56,6 +58,15 @@ class EngineConfig:
     cm_pmtu : int
         PMTU code (:class:`roce_hw.proto.Pmtu`, 1..5 = 256..4096 bytes) of the QPs the
         connection manager opens; 3 (1024 bytes) suits a 1500-byte Ethernet MTU.
+    rx_arp_depth, rx_cm_depth, rx_roce_depth : int
+        Entries (2 to :data:`MAX_RX_QUEUE`) of the RX front end's queues of ARP requests, CM
+        datagrams and RoCEv2 packet headers (:class:`roce_hw.rx.frontend.RxFrontEnd`): a burst
+        of that many items is held while the consumer is busy; an item that finds its queue full
+        is dropped and counted. 32 each by default: sixteen hosts connecting at once (an ARP
+        request, OPEN_QP and MODIFY_QP_RTS each) at line rate. Cost: ``depth - 1`` rows of RAM
+        of 80 / 624 / 193 bits plus an output register; up to 33 entries fit the 32-deep LUT
+        RAM that 4 entries already take (the costs of other depths are in
+        :class:`~roce_hw.rx.frontend.RxFrontEnd`'s docstring).
     """
     data_width: int = 512
     n_qp: int = 16
@@ -64,6 +75,9 @@ class EngineConfig:
     ip_id_start: int = 0
     rx_other: bool = True
     cm_pmtu: int = 3
+    rx_arp_depth: int = 32
+    rx_cm_depth: int = 32
+    rx_roce_depth: int = 32
 
     def __post_init__(self):
         check_data_width(self.data_width)
@@ -85,6 +99,12 @@ class EngineConfig:
                 not 1 <= self.cm_pmtu <= 5:
             raise ValueError(f"cm_pmtu must be a PMTU code from 1 (256 bytes) to 5 (4096 bytes), "
                              f"not {self.cm_pmtu!r}")
+        for name in ("rx_arp_depth", "rx_cm_depth", "rx_roce_depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 2 <= value <= MAX_RX_QUEUE:
+                raise ValueError(f"{name} must be an integer from 2 to {MAX_RX_QUEUE}, "
+                                 f"not {value!r}")
 
     @property
     def data_bytes(self):

@@ -661,6 +661,15 @@ RX_COUNTERS = (
     "arp_full", "cm_full", "roce_full", "other_dropped",
 )
 
+#: What the RX front end's rules make of a frame (the ``reason`` of
+#: :func:`roce_hw.model.rx.classify`): one of the four kinds it passes on, or the reason it is
+#: dropped. The counters above are these, less the frames a full queue or FIFO did not take.
+RX_VERDICTS = RX_COUNTERS[1:RX_COUNTERS.index("cm_length") + 1]
+
+#: The Ethernet minimum frame without its FCS (IEEE 802.3: 64 bytes with it); a shorter IPv4
+#: packet arrives zero-padded to this length.
+ETH_MIN_FRAME = 60
+
 #: The Ethernet broadcast address (ARP requests), as an integer.
 BROADCAST_MAC = (1 << 48) - 1
 

@@ -73,8 +73,9 @@ def undgram(b):
             "tx_n_transfers": tx_n_transfers, "tx_period": tx_period}
 
 
-def cm_frame(payload):
-    return bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC) / IP(src=HOST_IP, dst=ENGINE_IP, flags="DF")
+def cm_frame(payload, *, mac=HOST_MAC, ip=HOST_IP):
+    """A CM datagram from ``mac``/``ip`` to the engine (scapy computes the checksums)."""
+    return bytes(Ether(src=mac, dst=ENGINE_MAC) / IP(src=ip, dst=ENGINE_IP, flags="DF")
                  / UDP(sport=REPLY_PORT, dport=proto.CM_UDP_PORT) / Raw(payload))
 
 
@@ -392,6 +393,107 @@ def test_hardware_replay_stops_at_the_cycle_limit(tmp_path, capture):
     doc = json.loads((tmp_path / "s.json").read_text())
     assert doc["stopped"] == "limit" and len(doc["qp_table"]) == 2
     assert 40 <= doc["cycles"] < 40 + 14          # a frame being fed is finished first
+
+
+# -- bursts: every queue of the RX front end holds what arrives back to back ------------------
+def _host(k):
+    """Host ``k`` of a burst: its MAC, IP and the fields of its OPEN_QP."""
+    mac, ip = f"02:00:00:00:01:{k:02x}", f"10.0.1.{k + 1}"
+    return mac, ip, dict(loc_qpn=0x40 + k, loc_psn=0x1000 * (k + 1), loc_r_key=0xBEEF0000 + k,
+                         loc_base_addr=HOST_VA + (k << 20), loc_ip=ip_int(ip))
+
+
+def _replay_both(frames, width, n_qp):
+    kw = dict(width=width, n_qp=n_qp, local_mac=rp.parse_mac(ENGINE_MAC),
+              local_ip=rp.parse_ip(ENGINE_IP))
+    return rp.replay(frames, **kw), rp.replay(frames, model=True, **kw)
+
+
+def _check_against_model(hw, model, frames):
+    """The hardware did what the frame-level model did with ``frames``: the same frames out
+    (byte for byte, kind by kind), QP table and counters; the RX front end passed every
+    datagram and ARP request on (nothing lost to a full queue)."""
+    assert hw.stopped == "quiet"
+    for kind in ("arp", "cm", "roce"):
+        assert [bytes(p) for p in _classify([f for _, f in hw.tx])[kind]] == \
+            [bytes(p) for p in _classify([f for _, f in model.tx])[kind]], kind
+    assert hw.qp_table == model.qp_table
+    assert hw.counters["rx"] == model.counters["rx"]
+    assert hw.counters["cm"] == model.counters["cm"]
+    rx = hw.counters["rx"]
+    assert rx["rx_frames"] == len(frames) == rx["arp"] + rx["cm"]
+    assert rx["arp_full"] == rx["cm_full"] == 0
+    assert sum(hw.counters["cm"].values()) == rx["cm"]        # the CM served every datagram
+
+
+def test_cm_burst_of_ten_512():
+    """Issue 33, item 1.5: ten CM datagrams back to back at 512 bits (a connection, four
+    malformed requests, a close, a MODIFY of the closed QP, the reconnection): the CM queue
+    held them all (with 4 entries, ``cm_full`` dropped five and the reconnection never
+    happened), and every reply is the model's and the CM rules'."""
+    mac, ip, host = _host(0)
+    q = proto.LOCAL_QPN_BASE
+    R = proto.CmReq
+    frames = [cm_frame(d, mac=mac, ip=ip) for d in (
+        dgram(req_type=R.OPEN_QP, rem_psn=ENGINE_PSN, **host),
+        dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q, rem_psn=ENGINE_PSN, **host),
+        dgram(req_type=R.OPEN_QP, ack_valid=1, **host),                 # a request with an ack
+        dgram(req_type=6, **host),                                      # no such request
+        dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q + 40, **host),        # no such QP
+        dgram(req_type=R.OPEN_QP, tx_valid=1, **host),                  # two requests in one
+        dgram(req_type=R.CLOSE_QP, rem_qpn=q, **host),
+        dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q, rem_psn=5, **host),  # the QP is closed
+        dgram(req_type=R.OPEN_QP, rem_psn=7, **host),                   # reconnection
+        dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q, rem_psn=7, **host))]
+    hw, model = _replay_both(frames, 512, 4)
+    _check_against_model(hw, model, frames)
+    replies = [undgram(bytes(p[UDP].payload)) for p in _classify([f for _, f in hw.tx])["cm"]]
+    A = proto.CmAck
+    assert [r["ack_type"] for r in replies] == [A.ACK, A.ACK, A.ERROR, A.ERROR, A.NAK, A.ERROR,
+                                                A.ACK, A.NAK, A.ACK, A.ACK]
+    assert [r["loc_qpn"] for r in replies if r["ack_type"] == A.ACK] == [q] * 5
+    row = hw.qp_table[0]
+    assert row["state"] == proto.QPState.RTS and row["next_psn"] == 7
+    assert (row["remote_qpn"], row["remote_ip"]) == (host["loc_qpn"], ip_int(ip))
+
+
+def test_sixteen_hosts_connect_at_once_64():
+    """Sixteen hosts connect at once: their OPEN_QP and MODIFY_QP_RTS datagrams, 32 back to
+    back at 64 bits, all held by the CM queue and served; each host gets its own QP in RTS."""
+    frames = []
+    for k in range(16):
+        mac, ip, host = _host(k)
+        frames.append(cm_frame(dgram(req_type=proto.CmReq.OPEN_QP, rem_psn=k, **host),
+                               mac=mac, ip=ip))
+    for k in range(16):
+        mac, ip, host = _host(k)
+        frames.append(cm_frame(dgram(req_type=proto.CmReq.MODIFY_QP_RTS,
+                                     rem_qpn=proto.LOCAL_QPN_BASE + k, rem_psn=k, **host),
+                               mac=mac, ip=ip))
+    hw, model = _replay_both(frames, 64, 16)
+    _check_against_model(hw, model, frames)
+    replies = [(p[IP].dst, undgram(bytes(p[UDP].payload)))
+               for p in _classify([f for _, f in hw.tx])["cm"]]
+    assert len(replies) == 32
+    assert all(r["ack_type"] == proto.CmAck.ACK for _, r in replies)
+    for k in range(16):
+        _, ip, host = _host(k)
+        row = hw.qp_table[k]
+        assert row["state"] == proto.QPState.RTS and row["next_psn"] == k
+        assert (row["remote_qpn"], row["remote_ip"]) == (host["loc_qpn"], ip_int(ip))
+
+
+def test_sixteen_arp_requests_at_once_512():
+    """Sixteen ARP requests back to back at 512 bits (one beat each): the ARP queue holds them
+    all (with 4 entries, five were dropped as ``arp_full``) and each host gets its reply."""
+    hosts = [_host(k)[:2] for k in range(16)]
+    frames = [bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
+                    / ARP(op=1, hwsrc=mac, psrc=ip, pdst=ENGINE_IP)) for mac, ip in hosts]
+    hw, model = _replay_both(frames, 512, 1)
+    _check_against_model(hw, model, frames)
+    arps = _classify([f for _, f in hw.tx])["arp"]
+    assert [(p[ARP].op, p[ARP].hwdst, p[ARP].pdst) for p in arps] == \
+        [(2, mac, ip) for mac, ip in hosts]
 
 
 def test_struct_to_dict():

@@ -6,6 +6,8 @@ import random
 import struct
 
 import pytest
+from amaranth import Elaboratable, Module
+from amaranth.lib.fifo import SyncFIFOBuffered
 from scapy.contrib import roce as sroce
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
@@ -14,6 +16,7 @@ from scapy.utils import checksum as scapy_checksum
 from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.lib.deferred_fifo import DeferredFrameFifo
+from roce_hw.lib.drop_queue import DropQueue
 from roce_hw.lib.icrc import MAX_FRAME_BYTES
 from roce_hw.lib.ipv4_check import IPv4HeaderCheck
 from roce_hw.model import rx as model
@@ -21,6 +24,7 @@ from roce_hw.model.packet import QPPath, build_ack_frame, build_frame, ipv4_chec
 from roce_hw.proto import Opcode
 from roce_hw.rx.frontend import (RxFrontEnd, arp_req_layout, cm_rx_layout, roce_rx_layout,
                                  rx_counters_layout)
+from roce_hw.rx.rules import verdict_layout
 from sim.harness import run_simulation
 from sim.stream import beats_of
 
@@ -301,6 +305,11 @@ def test_model_constants():
     assert model.ICRC_MAX_FRAME_BYTES == MAX_FRAME_BYTES
     assert tuple(rx_counters_layout().members) == model.RX_COUNTERS
     assert len(set(model.RX_COUNTERS)) == len(model.RX_COUNTERS)
+    # the rules' verdicts: the kinds passed on, then every reason of a drop
+    assert proto.RX_VERDICTS[:4] == model.KINDS[:4]
+    assert set(proto.RX_VERDICTS) == set(model.OUTCOMES) - {"arp_full", "cm_full", "roce_full",
+                                                             "other_dropped"}
+    assert tuple(verdict_layout().members["verdict"].members) == proto.RX_VERDICTS
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -395,7 +404,7 @@ class Run:
     counters, the beats sent per frame and the model's verdicts."""
 
 
-def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=4, other_bytes=8192,
+def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=None, other_bytes=8192,
                  p_stall=0.2, p_gap=0.5, p_idle=0.05, hold=False, max_cycles=None):
     """Send ``frames`` (``(bytes, bad)``) into an RxFrontEnd, collect every output.
 
@@ -404,9 +413,10 @@ def run_frontend(width, frames, seed, *, rx_other=True, queue_depth=4, other_byt
     ``p_idle``. Lanes beyond ``keep`` carry random bytes; ``abort`` is random on beats other than
     the last. Consumers stall with probability ``p_stall``; with ``hold`` they take nothing
     until every frame has been counted."""
-    config = EngineConfig(data_width=width)
-    dut = RxFrontEnd(config, rx_other=rx_other, queue_depth=queue_depth,
-                     other_bytes=other_bytes)
+    depths = {} if queue_depth is None else {f"rx_{kind}_depth": queue_depth
+                                             for kind in ("arp", "cm", "roce")}
+    config = EngineConfig(data_width=width, **depths)
+    dut = RxFrontEnd(config, rx_other=rx_other, other_bytes=other_bytes)
     n = width // 8
     rng = random.Random(seed)
     sent = []
@@ -657,6 +667,58 @@ def test_deferred_fifo_overflow(width):
     assert out == [b for k, (b, keep) in enumerate(frames) if keep and k != 3]
 
 
+# --- DropQueue ---------------------------------------------------------------------------------
+
+class _QueuePair(Elaboratable):
+    """A DropQueue and amaranth's own SyncFIFOBuffered (the oracle) side by side, fed alike."""
+
+    def __init__(self, width, depth):
+        self.q = DropQueue(width, depth)
+        self.ref = SyncFIFOBuffered(width=width, depth=depth)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.q, m.submodules.ref = self.q, self.ref
+        m.d.comb += [self.ref.w_en.eq(self.q.i.valid), self.ref.w_data.eq(self.q.i.payload),
+                     self.ref.r_en.eq(self.q.o.ready)]
+        return m
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4, 5, 8, 33])
+def test_drop_queue_is_a_buffered_fifo(depth):
+    """Cycle by cycle, DropQueue takes (``room``) and gives (``o``) exactly what
+    ``amaranth.lib.fifo.SyncFIFOBuffered`` of the same depth does, under random offers and
+    stalls, in bursts that fill it; every item taken comes out once, in order."""
+    rng = random.Random(depth)
+    dut = _QueuePair(16, depth)
+    q, ref = dut.q, dut.ref
+    seen = {"taken": [], "out": [], "full": 0}
+
+    async def tb(ctx):
+        for cycle in range(1500):
+            phase = (cycle // 100) % 3          # offers mostly, stalls mostly, both
+            valid = rng.random() < (0.9, 0.2, 0.5)[phase]
+            ready = rng.random() < (0.1, 0.9, 0.5)[phase]
+            item = rng.getrandbits(16)
+            ctx.set(q.i.valid, valid)
+            ctx.set(q.i.payload, item)
+            ctx.set(q.o.ready, ready)
+            room, ov, op = ctx.get(q.room), ctx.get(q.o.valid), ctx.get(q.o.payload)
+            assert (room, ov) == (ctx.get(ref.w_rdy), ctx.get(ref.r_rdy)), cycle
+            if ov:
+                assert op == ctx.get(ref.r_data), cycle
+            if valid:
+                seen["taken" if room else "full"] += [item] if room else 1
+            if ov and ready:
+                seen["out"].append(op)
+            await ctx.tick()
+
+    run_simulation(dut, [tb], cycles=1600)
+    assert seen["out"] == seen["taken"][:len(seen["out"])]
+    assert len(seen["taken"]) - len(seen["out"]) <= depth
+    assert seen["full"] > 0 and len(seen["out"]) > 100
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_frontend_back_to_back_exact(width):
     """Frames with no idle cycle between them (one-beat frames at 512 bits: ARP, ACKs, runts)
@@ -692,12 +754,12 @@ def test_frontend_queue_full(width):
 @pytest.mark.parametrize("width", FAST)
 def test_frontend_without_other(width):
     """``rx_other=False``: no ``other`` stream; those frames are dropped and counted. (Queues
-    of one entry.)"""
+    of two entries.)"""
     rng = random.Random(width + 8)
     frames = frame_mix(rng, 50, maxlen=60)
     dut = RxFrontEnd(EngineConfig(data_width=width), rx_other=False)
     assert "other" not in dut.signature.members
-    res = run_frontend(width, frames, width + 9, rx_other=False, queue_depth=1)
+    res = run_frontend(width, frames, width + 9, rx_other=False, queue_depth=2)
     want = check_run(res, rx_other=False)
     assert want["other"]
 
@@ -761,9 +823,12 @@ def test_frontend_parameters():
         RxFrontEnd(object())
     with pytest.raises(TypeError):
         RxFrontEnd(config, rx_other=1)
-    for depth in (0, 65, True, 2.0):
-        with pytest.raises(ValueError):
-            RxFrontEnd(config, queue_depth=depth)
+    for depth in (0, 1, 4097, True, 2.0):
+        for kind in ("arp", "cm", "roce"):
+            with pytest.raises(ValueError):
+                EngineConfig(data_width=64, **{f"rx_{kind}_depth": depth})
+    assert RxFrontEnd(EngineConfig(data_width=64, rx_cm_depth=5)).queue_depths == \
+        {"arp": 32, "cm": 5, "roce": 32}
     with pytest.raises(ValueError):
         RxFrontEnd(config, other_bytes=8)
     assert RxFrontEnd(config, other_bytes=1000).other_bytes == 1024

@@ -21,8 +21,8 @@ __all__ = ["DeferredFrameFifo"]
 class DeferredFrameFifo(wiring.Component):
     """Frame FIFO with a late keep/discard decision per frame, for a source without backpressure.
 
-    Every frame on ``i`` is written to the memory as it arrives (``i.ready`` is constant 1: a
-    MAC cannot wait). A frame that does not fit -- a beat finds no free row, or ``max_frames``
+    Every frame on ``i`` is written to the memory as it arrives (``i`` is always ready: a MAC
+    cannot wait). A frame that does not fit -- a beat finds no free row, or ``max_frames``
     frames are already held -- is discarded whole, never cut: its rows are given back at its
     last beat. In the cycle after each frame's last beat ``stored`` reports whether it was kept
     in the memory (``ok``). For every frame with ``ok`` = 1 the user gives one decision on
@@ -57,8 +57,8 @@ class DeferredFrameFifo(wiring.Component):
 
     Members
     -------
-    i : ``In(FrameSignature(data_width))``
-        Frames; ``i.ready`` is constant 1.
+    i : ``In(stream.Signature(frame_layout(data_width), always_ready=True))``
+        Frames.
     stored : ``Out(stream.Signature(StructLayout({"ok": 1}), always_ready=True))``
         One pulse per frame, the cycle after its last beat: ``ok`` = 1 if it is in the memory
         and waits for its decision.
@@ -68,6 +68,9 @@ class DeferredFrameFifo(wiring.Component):
     o : ``Out(FrameSignature(data_width))``
         The kept frames.
     """
+
+    #: Cycles from a frame's last beat on ``i`` to its report on ``stored``.
+    stored_latency = 1
 
     def __init__(self, data_width, depth, *, max_frames=32):
         self._width = check_data_width(data_width)
@@ -79,7 +82,7 @@ class DeferredFrameFifo(wiring.Component):
         self._depth = depth
         self._max_frames = max_frames
         super().__init__({
-            "i": In(FrameSignature(data_width)),
+            "i": In(stream.Signature(frame_layout(data_width), always_ready=True)),
             "stored": Out(stream.Signature(data.StructLayout({"ok": 1}), always_ready=True)),
             "decide": In(stream.Signature(data.StructLayout({"keep": 1}), always_ready=True)),
             "o": Out(FrameSignature(data_width)),
@@ -168,7 +171,6 @@ class DeferredFrameFifo(wiring.Component):
         write = Signal()
         end = Signal()
         m.d.comb += [
-            self.i.ready.eq(1),
             cur_slot.eq(Mux(pl.first, ~frames_full, slot)),
             cur_ovf.eq((~pl.first & ovf) | ~cur_slot | rows_full),
             write.eq(self.i.valid & ~cur_ovf),

@@ -11,7 +11,8 @@ and :func:`roce_hw.model.icrc.frame_icrc_ok`.
 is full), ``"other"`` (not for the engine: it leaves on ``other``, or is dropped when there is no
 ``other`` stream or no room) or ``"drop"`` (for the engine but malformed). ``reason`` is the
 counter of :data:`RX_COUNTERS` the frame is counted in when it is not dropped for lack of room
-(``kind`` itself for the first four kinds). The rules, in order -- the first that applies decides:
+(``kind`` itself for the first four kinds), one of :data:`roce_hw.proto.RX_VERDICTS`. The
+rules, in order -- the first that applies decides:
 
 1. the MAC flagged the frame bad (``abort`` on its last beat): drop, ``mac_bad``;
 2. shorter than an Ethernet header (14 bytes): drop, ``runt``;
@@ -70,7 +71,7 @@ _ETH_HLEN = proto.ETH.size
 _IP_OFF = _ETH_HLEN
 _UDP_OFF = _IP_OFF + proto.IPV4.size
 _L4_OFF = _UDP_OFF + proto.UDP.size
-_MIN_FRAME = 60                 # Ethernet minimum without FCS: shorter IP packets are padded
+_MIN_FRAME = proto.ETH_MIN_FRAME   # shorter IP packets arrive padded to it
 _ROCE_MIN_UDP = proto.UDP.size + proto.BTH.size + proto.ICRC_BYTES
 _ACK_UDP = _ROCE_MIN_UDP + proto.AETH.size
 _CM_UDP = proto.UDP.size + proto.CM_DATAGRAM_BYTES
@@ -110,9 +111,8 @@ def classify(frame, *, bad=False, local_mac, local_ip):
     if eth["ethertype"] == proto.ETHERTYPE_ARP:
         if eth["dst"] in (local_mac, BROADCAST_MAC) and size >= _ETH_HLEN + proto.ARP.size:
             arp = proto.ARP.unpack(frame, _ETH_HLEN)
-            if (arp["htype"], arp["ptype"], arp["hlen"], arp["plen"], arp["oper"],
-                    arp["tpa"]) == (1, proto.ETHERTYPE_IPV4, 6, 4, proto.ArpOper.REQUEST,
-                                    local_ip):
+            if all(arp[k] == v for k, v in proto.ARP_FIXED.items()) and \
+                    arp["oper"] == proto.ArpOper.REQUEST and arp["tpa"] == local_ip:
                 return RxResult("arp", "arp", {"sha": arp["sha"], "spa": arp["spa"]})
         return _OTHER
     if eth["dst"] != local_mac or eth["ethertype"] != proto.ETHERTYPE_IPV4:
@@ -120,9 +120,10 @@ def classify(frame, *, bad=False, local_mac, local_ip):
     if size < _UDP_OFF:
         return _drop("runt")
     ip = proto.IPV4.unpack(frame, _IP_OFF)
-    if ip["version"] != 4 or ip["ihl"] != 5:
+    if (ip["version"], ip["ihl"]) != (proto.IPV4_FIXED["version"], proto.IPV4_FIXED["ihl"]):
         return _drop("ip_header")
-    if ip["flag_mf"] or ip["frag_offset"]:
+    if (ip["flag_mf"], ip["frag_offset"]) != (proto.IPV4_FIXED["flag_mf"],
+                                              proto.IPV4_FIXED["frag_offset"]):
         return _drop("ip_fragment")
     if not ipv4_header_ok(frame[_IP_OFF:_UDP_OFF]):
         return _drop("ip_checksum")
