@@ -948,7 +948,7 @@ def test_flood_is_counted(width):
     cannot leave): the queues overflow, and every frame is either answered or counted as
     ``cm_full``/``arp_full``; the datagrams that got through are answered exactly as the model
     answers that subsequence (rows included); afterwards a valid OPEN works."""
-    n_cm, n_arp = 12, 12
+    n_cm, n_arp = 48, 48          # more than the queues hold (rx_cm_depth, rx_arp_depth: 32)
     mac, ip = HOSTS[0]
     setup = [cm_frame(dg.open_request(loc_ip=ip, qpn=LOC_QPNS[0], psn=5, r_key=0x77,
                                       base_addr=0x5000, engine_psn=0x100, engine_qpn=Q),
