@@ -209,10 +209,7 @@ class RoceEngine(wiring.Component):
             wiring.connect(m, rxf.other, wiring.flipped(self.rx_other))
         m.d.comb += rxf.roce.ready.eq(1)       # counted; the ACK path is a later issue's
         wiring.connect(m, rxf.cm, cm.req)
-        m.d.comb += [
-            rb.arp.valid.eq(rxf.arp.valid), rxf.arp.ready.eq(rb.arp.ready),
-            rb.arp.payload.sha.eq(rxf.arp.payload.sha), rb.arp.payload.spa.eq(rxf.arp.payload.spa),
-        ]
+        wiring.connect(m, rxf.arp, rb.arp)
         wiring.connect(m, cm.reply, rb.cm)
 
         # management: user (0) and CM (1) share the table's port

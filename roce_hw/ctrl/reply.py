@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """Frames the engine sends on its own behalf: ARP replies and connection-manager replies."""
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import proto
@@ -9,9 +9,10 @@ from ..config import check_config
 from ..lib.header import HeaderInserter
 from ..lib.ipv4 import IPv4Checksum
 from ..lib.stream import frame_layout
+from ..rx.items import arp_req_layout
 from .cm import cm_reply_layout
 
-__all__ = ["REPLY_VARIANTS", "arp_reply_req_layout", "ReplyBuilder"]
+__all__ = ["REPLY_VARIANTS", "ReplyBuilder"]
 
 #: The two frame kinds: an ARP reply padded to 60 bytes, a CM datagram over UDP/IPv4.
 REPLY_VARIANTS = (
@@ -21,11 +22,6 @@ REPLY_VARIANTS = (
 _ARP, _CM = range(2)
 _CM_UDP_LENGTH = proto.UDP.size + proto.CM_DATAGRAM.size
 _BROADCAST = (1 << 48) - 1
-
-
-def arp_reply_req_layout():
-    """An ARP request to answer: the asker's hardware and protocol addresses."""
-    return data.StructLayout({"sha": 48, "spa": 32})
 
 
 class ReplyBuilder(wiring.Component):
@@ -51,7 +47,7 @@ class ReplyBuilder(wiring.Component):
 
     Members
     -------
-    arp : ``In(stream.Signature(arp_reply_req_layout()))``
+    arp : ``In(stream.Signature(arp_req_layout()))``
     cm : ``In(stream.Signature(cm_reply_layout()))``
     o : ``Out(stream.Signature(frame_layout(W)))``
         Frames (``abort`` always 0).
@@ -61,7 +57,7 @@ class ReplyBuilder(wiring.Component):
     def __init__(self, config):
         self._config = check_config(config)
         super().__init__({
-            "arp": In(stream.Signature(arp_reply_req_layout())),
+            "arp": In(stream.Signature(arp_req_layout())),
             "cm": In(stream.Signature(cm_reply_layout())),
             "o": Out(stream.Signature(frame_layout(config.data_width))),
             "local_mac": In(48),
