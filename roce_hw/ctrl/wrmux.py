@@ -34,8 +34,9 @@ class WrMux(wiring.Component):
     the message's bytes from ``start_packet * PMTU`` on. The mux passes the payload packet of
     every granted request with ``length`` > 0 in grant order, whole (``first`` to ``last``),
     never mixing two sources' beats; a source's packets must follow its own request order. A
-    small FIFO (``depth`` entries) keeps the source of each granted request whose payload has
-    not yet fully passed; while it is full no request is granted. A source's payload beats may
+    small FIFO (``depth`` entries) keeps the source of each granted request until its payload
+    has fully passed (a request without payload leaves it in the cycle it reaches its head);
+    while it is full no request is granted. A source's payload beats may
     be offered before or after its request: they wait until the request has been granted and
     the payloads granted before have passed.
 
@@ -120,16 +121,24 @@ class WrMux(wiring.Component):
         depth = self._depth
         s_i = (self.s0_i, self.s1_i)
 
-        # Source FIFO: `ids[k]` is the source of entry k (0 = oldest), `occ` a thermometer
-        # code of the occupied entries, so the head, "not empty" (occ[0]) and "full"
-        # (occ[depth - 1]) are registers.
+        # Source FIFO: `ids[k]` is the source of entry k (0 = oldest), `pay0[k]`/`pay1[k]`
+        # whether source 0's/1's request of that grant had a payload packet (the entry's own is
+        # the one of `ids[k]`), `occ` a thermometer code of the occupied entries, so the head,
+        # "not empty" (occ[0]) and "full" (occ[depth - 1]) are registers. Every granted
+        # request gets an entry (one without payload leaves as soon as it is the head): the
+        # 32-bit `length != 0` tests are then data written, not conditions of the write, nor
+        # behind the grant's source multiplexer, which keeps the paths from a source's
+        # `length` within 6 cells.
         ids = Signal(depth)
+        pay0 = Signal(depth)
+        pay1 = Signal(depth)
         occ = Signal(depth)
         head = Signal()
+        head_pay = Signal()
         push = Signal()
         push_id = Signal()
         pop = Signal()
-        m.d.comb += head.eq(ids[0])
+        m.d.comb += [head.eq(ids[0]), head_pay.eq(Mux(head, pay1[0], pay0[0]))]
 
         # ---------------------------------------------------------------- requests
         # One output register for both kinds (`kind` = a resume): only one request is ever
@@ -166,7 +175,7 @@ class WrMux(wiring.Component):
             nz[0].eq(self.s0_resume.payload.length != 0),
             nz[1].eq(self.s0_wr.payload.length != 0),
             nz[2].eq(self.s1_wr.payload.length != 0),
-            push.eq(go & Mux(sel, nz[2], Mux(res0, nz[0], nz[1]))),
+            push.eq(go),
             push_id.eq(sel),
         ]
         with m.If(~valid | taken):
@@ -187,11 +196,11 @@ class WrMux(wiring.Component):
         beat = Signal(self.i.payload.shape())
         m.d.comb += [
             i_free.eq(~self.i.valid | self.i.ready),
-            s_i[0].ready.eq(i_free & occ[0] & ~head),
-            s_i[1].ready.eq(i_free & occ[0] & head),
-            take.eq(i_free & occ[0] & Mux(head, s_i[1].valid, s_i[0].valid)),
+            s_i[0].ready.eq(i_free & occ[0] & head_pay & ~head),
+            s_i[1].ready.eq(i_free & occ[0] & head_pay & head),
+            take.eq(i_free & occ[0] & head_pay & Mux(head, s_i[1].valid, s_i[0].valid)),
             beat.eq(Mux(head, s_i[1].payload.as_value(), s_i[0].payload.as_value())),
-            pop.eq(take & beat.last),
+            pop.eq(occ[0] & ~head_pay | take & beat.last),
         ]
         with m.If(i_free):
             m.d.sync += self.i.valid.eq(take)
@@ -202,15 +211,16 @@ class WrMux(wiring.Component):
         # Entry k after a pop holds entry k + 1; the pushed id goes to the first free entry
         # after the pop.
         for k in range(depth):
-            nxt = ids[k + 1] if k + 1 < depth else C(0, 1)
+            nxt = Cat(ids[k + 1], pay0[k + 1], pay1[k + 1]) if k + 1 < depth else C(0, 3)
             occ_next = occ[k + 1] if k + 1 < depth else C(0, 1)
             occ_prev = occ[k - 1] if k else C(1, 1)
             here = Signal(name=f"push_here{k}")
             m.d.comb += here.eq(push & Mux(pop, occ[k] & ~occ_next, ~occ[k] & occ_prev))
             with m.If(here):
-                m.d.sync += ids[k].eq(push_id)
+                m.d.sync += Cat(ids[k], pay0[k], pay1[k]).eq(
+                    Cat(push_id, Mux(res0, nz[0], nz[1]), nz[2]))
             with m.Elif(pop):
-                m.d.sync += ids[k].eq(nxt)
+                m.d.sync += Cat(ids[k], pay0[k], pay1[k]).eq(nxt)
         with m.If(push & ~pop):
             m.d.sync += occ.eq(Cat(C(1, 1), occ[:depth - 1]))
         with m.Elif(pop & ~push):
