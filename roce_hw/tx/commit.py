@@ -14,7 +14,7 @@ from ..layouts import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
 from .cutter import cut_layout
 from .psn import WriteBackSignature
-from .segmenter import desc_layout
+from .seg_common import desc_layout, flush_signature
 
 __all__ = ["TX_VARIANTS", "hdr_layout", "Commit"]
 
@@ -42,7 +42,7 @@ class Commit(wiring.Component):
 
     Ordering. A packet is committed only when the payload of the packet before it has been
     checked (``done``), so the fate of every earlier packet is known: after a length mismatch the
-    rest of that message is flushed (``flush_*``, from the segmenter) and never committed, and
+    rest of that message is flushed (``flush``, from the segmenter) and never committed, and
     the QP's PSN/state is put right before a later message of the QP is committed:
 
     * mismatch in the first packet of a new message: nothing valid was sent; a write-back already
@@ -75,7 +75,7 @@ class Commit(wiring.Component):
     cut : ``Out(stream.Signature(cut_layout(W)))``
     done : ``In(stream.Signature(StructLayout({"mism": 1}), always_ready=True))``
     wb : ``Out(WriteBackSignature(idx_width))``
-    flush_valid, flush_tag : ``Out(1)``
+    flush : ``Out(flush_signature())``
     tx_upd : ``Out(stream.Signature(tx_upd_layout(n_qp)))``
     status : ``Out(stream.Signature(status_layout(config)))``
     local_mac, local_ip : ``In``
@@ -94,7 +94,7 @@ class Commit(wiring.Component):
             "cut": Out(stream.Signature(cut_layout(config.data_width))),
             "done": In(stream.Signature(data.StructLayout({"mism": 1}), always_ready=True)),
             "wb": Out(WriteBackSignature(qw)),
-            "flush_valid": Out(1), "flush_tag": Out(1),
+            "flush": Out(flush_signature()),
             "tx_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
             "status": Out(stream.Signature(status_layout(config))),
             "local_mac": In(48), "local_ip": In(32),
@@ -204,7 +204,7 @@ class Commit(wiring.Component):
         wb_psn = Signal(24)
         wb_err = Signal()
         psn_inc = d.psn_next
-        m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
+        m.d.sync += [wb_valid.eq(0), self.flush.valid.eq(0)]
         # (the data registers load in every cycle, chosen by mism_now alone, which excludes
         # `take`; wb_valid says whether they hold a write-back)
         wb_qp_next = Signal(qw)
@@ -223,7 +223,7 @@ class Commit(wiring.Component):
         with m.If(wb_done | wb_mism):
             m.d.sync += wb_valid.eq(1)
         with m.If(flush_mism):
-            m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]), open_msg.eq(0)]
+            m.d.sync += [self.flush.valid.eq(1), self.flush.tag.eq(fl["tag"]), open_msg.eq(0)]
         # `hold` is a register of its own (the next values of both), one input of `can`
         # instead of two (ECP5 timing: `can` reaches the header inserter's load)
         m.d.sync += hold.eq(wb_done | wb_mism | flush_mism)
