@@ -106,8 +106,9 @@ async def get_packet(ctx, s, width, rng, p_stall, *, abort=False, zero=False):
             return bytes(out), (int(p.abort) if abort else 0)
 
 
-def run_inserter(width, variants, frames, seed, *, p_idle=0.3, p_stall=0.3, abort=False):
-    dut = HeaderInserter(width, variants, abort=abort)
+def run_inserter(width, variants, frames, seed, *, p_idle=0.3, p_stall=0.3, abort=False,
+                 lazy=None):
+    dut = HeaderInserter(width, variants, abort=abort, lazy=lazy)
     rng_h, rng_i, rng_o = (random.Random(seed * 3 + k) for k in range(3))
     got = []
 
@@ -148,6 +149,16 @@ def test_inserter_random(width, seed):
 def test_inserter_abort(width):
     rng = random.Random(7)
     run_inserter(width, VARIANTS, make_frames(rng, width, VARIANTS, 24), 7, abort=True)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_inserter_register_forms(width, lazy):
+    """Both forms of the header register (``lazy``: the default is lazy at 64 bits only) give
+    the model's frames at either width, with idle, backpressure and aborts."""
+    rng = random.Random(11)
+    run_inserter(width, VARIANTS, make_frames(rng, width, VARIANTS, 24), 11, abort=True,
+                 lazy=lazy)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

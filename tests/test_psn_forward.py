@@ -75,13 +75,13 @@ def test_psn_forward_against_reference(n_qp, depth, seed, registered):
                 ctx.set(dut.wb.err, wb[2])
             ctx.set(dut.snoop_valid, snoop is not None)
             ctx.set(dut.snoop_qp, snoop or 0)
-            ctx.set(dut.q_qp, q)
+            ctx.set(dut.q.qp, q)
             key = prev_q if registered else q
             if key is not None:
                 hit, psn, err = ref.lookup(key, wb)
-                assert ctx.get(dut.q_hit) == hit, (key, wb, list(ref.history))
+                assert ctx.get(dut.q.hit) == hit, (key, wb, list(ref.history))
                 if hit:
-                    assert (ctx.get(dut.q_psn), ctx.get(dut.q_err)) == (psn, err)
+                    assert (ctx.get(dut.q.psn), ctx.get(dut.q.err)) == (psn, err)
                 checked["hits" if hit else "misses"] += 1
             prev_q = q
             await ctx.tick()

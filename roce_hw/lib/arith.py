@@ -11,7 +11,27 @@ piece: about 5 cells at any width.
 
 from amaranth import *
 
-__all__ = ["FastCounter", "event_counter", "or_tree"]
+__all__ = ["FastCounter", "counter_flag_bits", "load_flags", "event_counter", "or_tree"]
+
+
+def counter_flag_bits(width, chunk=12):
+    """The bit positions of a :class:`FastCounter`'s look-ahead flags (its chunk boundaries),
+    low first."""
+    return tuple(range(chunk, width, chunk))
+
+
+def load_flags(m, x, name, *, flag_bits, down=False):
+    """The look-ahead flags that a :class:`FastCounter` with flags at ``flag_bits``
+    (:func:`counter_flag_bits`) takes on a load of ``x``, as a list of signals (comb in ``m``):
+    "the bits of ``x`` below each position are all ones" (all zeros with ``down``). For a block
+    that registers a value before a counter elsewhere loads it (its flags registered with it)."""
+    x = Value.cast(x)
+    out = []
+    for lo in flag_bits:
+        f = Signal(name=f"{name}_f{lo}")
+        m.d.comb += f.eq(x[:lo] == (0 if down else (1 << lo) - 1))
+        out.append(f)
+    return out
 
 
 class FastCounter:
@@ -35,7 +55,7 @@ class FastCounter:
         self.value = Signal(width, name=name, init=init)
         self.step = Signal(width, name=f"{name}_step")
         self._flags = {}
-        for lo in range(chunk, width, chunk):
+        for lo in counter_flag_bits(width, chunk):
             low = init & ((1 << lo) - 1)
             self._flags[lo] = Signal(name=f"{name}_f{lo}",
                                      init=(low == 0) if down else (low == (1 << lo) - 1))
@@ -75,13 +95,7 @@ class FastCounter:
         For a value chosen among several sources: compute the flags of every source with this
         and choose them with the same select as the value (:meth:`load` ``flags=``), so no
         comparator sits after the select."""
-        x = Value.cast(x)
-        out = []
-        for lo in self._flags:
-            f = Signal(name=f"{name}_f{lo}")
-            m.d.comb += f.eq(self._loaded_flag(x, lo))
-            out.append(f)
-        return out
+        return load_flags(m, x, name, flag_bits=self.flag_bits, down=self._down)
 
     def _loaded_flag(self, x, lo):
         # the bits below `lo` of a loaded value are all zeros (down) / ones (up)

@@ -350,7 +350,7 @@ class HeaderInserter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         geo = _Geometry(self._width, self._variants)
-        n, w = geo.n, self._width
+        n = geo.n
         shifts = geo.shifts
         smax = max(shifts)
         cur = self.i.payload.data
@@ -360,14 +360,7 @@ class HeaderInserter(wiring.Component):
         pf_valid, pf_valid_n, src_valid, src_ctl, pf_image, port_image = \
             self._prefetch(m, geo, load)
 
-        # header register: the header of the frame being output until its last reader beat
-        # (the "pop": last header beat, or the junction beat that also holds the first payload
-        # bytes), then already the next frame's
-        hd = Signal(geo.hmax * 8)      # (a byte past the longest header would always be 0)
         lazy = self._lazy if self._lazy is not None else geo.hmax >= 4 * geo.n
-        # with `lazy`, `hd` is the header register as it stands for the output (a view, one
-        # cycle ahead of the register itself, which follows it: see the docstring)
-        hd_reg = Signal(geo.hmax * 8, name="hd_reg") if lazy else hd
         hd_valid = Signal()
         hc = Signal(self._ctl_layout(geo))
         # after the pop: payload beats (post & ~tph) and the tail beat (post & tph)
@@ -391,12 +384,7 @@ class HeaderInserter(wiring.Component):
         s0 = hc.s0
 
         o_load = Signal()
-        # "the next beat takes input" (a pop with payload, or a payload beat after the pop);
-        # with `lazy`, a flip-flop loaded from the next values of the registers it is a
-        # function of: i.ready and the tail's enable (an input transfer) are then one LUT of
-        # registers and i.valid (ECP5 timing: four LUTs from i.valid to the tail's enable). Its
-        # input cone is deeper than the function itself (Yosys xcup: 5 levels at 256 and 512
-        # bits, where the inserter keeps 4 without it), so only where the header is long.
+        # "the next beat takes input" (a pop with payload, or a payload beat after the pop)
         tin = Signal(name="takes_in")
         act = Signal()          # the next beat reads the header register
         produce = Signal()
@@ -415,14 +403,9 @@ class HeaderInserter(wiring.Component):
             p_end.eq(self.i.payload.last & ~spill),
         ]
 
-        beat = self._beat(m, geo, hd, hc, act, post, tph, e_code, e_all, tail, t_keep, t_abort,
-                          p_end, s0, therm1)
-        # (the payload register loads whenever it may: a beat that is not produced is not
-        # valid, so `produce` stays off the wide data path's enable)
-        with m.If(o_load):
-            m.d.sync += [self.o.valid.eq(produce), self.o.payload.eq(beat)]
-
-        # header register
+        # header register: the header of the frame being output until its last reader beat
+        # (the "pop": last header beat, or the junction beat that also holds the first payload
+        # bytes), then already the next frame's
         hd_valid_n = Signal()
         hc_n = Signal.like(hc)
         m.d.comb += [hd_valid_n.eq(hd_valid), hc_n.eq(hc)]
@@ -436,11 +419,10 @@ class HeaderInserter(wiring.Component):
         # logic). Whether it takes the next header (from the prefetch register or the port)
         # or shifts is known a cycle ahead: the selects of each bit's multiplexer are
         # flip-flops (~hd_valid | pop_now, and the same & pf_valid, from their next values),
-        # so their fan-out to every bit is their only delay (ECP5 timing). The If/Elif form of
-        # hd_next maps to one LUT per bit (a nested Mux measured two).
+        # so their fan-out to every bit is their only delay (ECP5 timing).
         hd_en = Signal(attrs={"keep": 1})
         hd_take = Signal(init=1)
-        hd_take_pf = Signal()
+        take_n = Signal()           # hd_take of the next cycle (below)
         # (its two terms are keep wires too: each is one LUT of registers and the handshake
         # signals of the neighbouring ready-breaks, so the enable is two LUT levels and ABC
         # cannot fold it into shared logic: its fan-out, every header flip-flop, is its delay)
@@ -448,32 +430,22 @@ class HeaderInserter(wiring.Component):
         hd_en_i = Signal(attrs={"keep": 1})
         m.d.comb += [hd_en_o.eq(o_load & ~post), hd_en_i.eq(~hc.pop_in | self.i.valid),
                      hd_en.eq(~hd_valid | (hd_en_o & hd_en_i))]
+        # The register itself, one of two forms with the same contract (the header's first
+        # beat as it stands for the output; see the docstring's ``lazy``): the only place the
+        # two differ but for the timing of `takes_in` (below).
         if lazy:
-            # the events of this cycle, applied to the register in the next: its enables and
-            # its multiplexer's select are these two flip-flops (the prefetch register holds
-            # a header taken from it through the next cycle, and catches one taken from `hdr`
-            # as it is taken: either way the next cycle's header is the prefetch register's)
-            took = Signal(name="hd_took")
-            shifted = Signal(name="hd_shifted")
-            m.d.sync += [took.eq(hd_en & hd_take), shifted.eq(hd_en & ~hd_take)]
-            with m.If(took):
-                m.d.sync += hd_reg.eq(pf_image)
-            with m.Elif(shifted):
-                m.d.sync += hd_reg.eq(hd_reg[w:])
-            # the header as it stands: only its first beat is read (the output lanes)
-            lo = min(geo.hmax, geo.n) * 8
-            m.d.comb += hd[:lo].eq(Mux(took, pf_image[:lo],
-                                       Mux(shifted, hd_reg[w:w + lo], hd_reg[:lo])))
+            hd = self._lazy_register(m, geo, hd_en, hd_take, pf_image)
         else:
-            hd_next = Signal.like(hd)
-            with m.If(~hd_take):
-                m.d.comb += hd_next.eq(hd[w:])
-            with m.Elif(hd_take_pf):
-                m.d.comb += hd_next.eq(pf_image)
-            with m.Else():
-                m.d.comb += hd_next.eq(port_image)
-            with m.If(hd_en):
-                m.d.sync += hd.eq(hd_next)
+            hd = self._eager_register(m, geo, hd_en, hd_take, take_n & pf_valid_n, pf_image,
+                                      port_image)
+
+        beat = self._beat(m, geo, hd, hc, act, post, tph, e_code, e_all, tail, t_keep, t_abort,
+                          p_end, s0, therm1)
+        # (the payload register loads whenever it may: a beat that is not produced is not
+        # valid, so `produce` stays off the wide data path's enable)
+        with m.If(o_load):
+            m.d.sync += [self.o.valid.eq(produce), self.o.payload.eq(beat)]
+
         # pop_now after a pure header beat that is not the last reader
         shift_pop_now = Mux(therm1, ~therm2 & s0, 1)
         # The control register takes its source whenever the header register is free (empty,
@@ -494,7 +466,6 @@ class HeaderInserter(wiring.Component):
         # the next cycle's take (~hd_valid | pop_now of the next cycle), from the conditions
         # themselves rather than from hc_n: hc_n then has the control register as its only
         # user, and the control register keeps its enable (4 levels, not 5, at 512 bits)
-        take_n = Signal()
         with m.If(load):
             m.d.comb += take_n.eq(src_ctl.pop_now)
         with m.Elif(pop):
@@ -504,8 +475,6 @@ class HeaderInserter(wiring.Component):
         with m.Else():
             m.d.comb += take_n.eq(~hd_valid | hc.pop_now)
         m.d.sync += hd_take.eq(take_n)
-        if not lazy:            # (the lazy register always loads from the prefetch register)
-            m.d.sync += hd_take_pf.eq(take_n & pf_valid_n)
 
         # input beat: the bytes that spill into the next output beat and their keep
         spill_data = Signal(smax * 8)
@@ -546,16 +515,68 @@ class HeaderInserter(wiring.Component):
                               (pop & Mux(hc.pop_in, ~self.i.payload.last,
                                          hc.payload & therm0)))
         m.d.sync += [post.eq(post_n), tph.eq(tph_n)]
+
+        def takes_in(hd_valid, post, tph, pop_in):
+            return (hd_valid & ~post & pop_in) | (post & ~tph)
         if lazy:
-            m.d.sync += tin.eq((hd_valid_n & ~post_n & hc_n.pop_in) | (post_n & ~tph_n))
+            # a flip-flop loaded from the next values of the registers it is a function of:
+            # i.ready and the tail's enable (an input transfer) are then one LUT of registers
+            # and i.valid (ECP5 timing: four LUTs from i.valid to the tail's enable). Its input
+            # cone is deeper than the function itself (Yosys xcup: 5 levels at 256 and 512
+            # bits, where the inserter keeps 4 without it), so only where the header is long.
+            m.d.sync += tin.eq(takes_in(hd_valid_n, post_n, tph_n, hc_n.pop_in))
         else:
-            m.d.comb += tin.eq((hd_valid & ~post & hc.pop_in) | (post & ~tph))
+            m.d.comb += tin.eq(takes_in(hd_valid, post, tph, hc.pop_in))
         m.d.sync += [
             e_code.eq(Mux(next_p, e_code, hc_n.scode)),
             e_sh.eq(Mux(next_p, e_sh, hc_n.shift)),
         ]
         m.d.comb += e_all.eq((act & ~hc.pop_in) | tph)
         return m
+
+    @staticmethod
+    def _eager_register(m, geo, en, take, take_pf_n, pf_image, port_image):
+        """The header register, loaded or shifted in the cycle of its event (``en``): the
+        next frame's header from the prefetch register or the ``hdr`` port (``take``, and
+        ``take_pf_n``: the next cycle's "take it from the prefetch register", registered here),
+        or its next beat. Returns its first beat (a register)."""
+        w = geo.n * 8
+        hd = Signal(geo.hmax * 8, name="hd")   # (a byte past the longest header would be 0)
+        take_pf = Signal(name="hd_take_pf")
+        m.d.sync += take_pf.eq(take_pf_n)
+        # The If/Elif form of hd_next maps to one LUT per bit (a nested Mux measured two).
+        hd_next = Signal.like(hd)
+        with m.If(~take):
+            m.d.comb += hd_next.eq(hd[w:])
+        with m.Elif(take_pf):
+            m.d.comb += hd_next.eq(pf_image)
+        with m.Else():
+            m.d.comb += hd_next.eq(port_image)
+        with m.If(en):
+            m.d.sync += hd.eq(hd_next)
+        return hd[:min(geo.hmax, geo.n) * 8]
+
+    @staticmethod
+    def _lazy_register(m, geo, en, take, pf_image):
+        """The header register a cycle behind its events: the events of this cycle (``en``
+        with ``take``: load the next header; without: shift) are applied in the next, so its
+        enables and its multiplexer's select are two flip-flops (the prefetch register holds a
+        header taken from it through the next cycle, and catches one taken from ``hdr`` as it is
+        taken: either way the next cycle's header is the prefetch register's). Returns the
+        header's first beat as it stands (a multiplexer that makes up for the lag)."""
+        w = geo.n * 8
+        reg = Signal(geo.hmax * 8, name="hd_reg")
+        took = Signal(name="hd_took")
+        shifted = Signal(name="hd_shifted")
+        m.d.sync += [took.eq(en & take), shifted.eq(en & ~take)]
+        with m.If(took):
+            m.d.sync += reg.eq(pf_image)
+        with m.Elif(shifted):
+            m.d.sync += reg.eq(reg[w:])
+        lo = min(geo.hmax, geo.n) * 8
+        hd = Signal(lo, name="hd")
+        m.d.comb += hd.eq(Mux(took, pf_image[:lo], Mux(shifted, reg[w:w + lo], reg[:lo])))
+        return hd
 
     def _beat(self, m, geo, hd, hc, act, post, tph, e_code, e_all, tail, t_keep, t_abort, p_end,
               s0, therm1):

@@ -14,7 +14,7 @@ from ..layouts import qp_index_width, tx_upd_layout
 from ..verbs import WcStatus, status_layout
 from .cutter import cut_layout
 from .psn import WriteBackSignature
-from .segmenter import desc_layout
+from .seg_common import desc_layout, flush_signature
 
 __all__ = ["TX_VARIANTS", "hdr_layout", "Commit"]
 
@@ -42,7 +42,7 @@ class Commit(wiring.Component):
 
     Ordering. A packet is committed only when the payload of the packet before it has been
     checked (``done``), so the fate of every earlier packet is known: after a length mismatch the
-    rest of that message is flushed (``flush_*``, from the segmenter) and never committed, and
+    rest of that message is flushed (``flush``, from the segmenter) and never committed, and
     the QP's PSN/state is put right before a later message of the QP is committed:
 
     * mismatch in the first packet of a new message: nothing valid was sent; a write-back already
@@ -75,7 +75,7 @@ class Commit(wiring.Component):
     cut : ``Out(stream.Signature(cut_layout(W)))``
     done : ``In(stream.Signature(StructLayout({"mism": 1}), always_ready=True))``
     wb : ``Out(WriteBackSignature(idx_width))``
-    flush_valid, flush_tag : ``Out(1)``
+    flush : ``Out(flush_signature())``
     tx_upd : ``Out(stream.Signature(tx_upd_layout(n_qp)))``
     status : ``Out(stream.Signature(status_layout(config)))``
     local_mac, local_ip : ``In``
@@ -94,7 +94,7 @@ class Commit(wiring.Component):
             "cut": Out(stream.Signature(cut_layout(config.data_width))),
             "done": In(stream.Signature(data.StructLayout({"mism": 1}), always_ready=True)),
             "wb": Out(WriteBackSignature(qw)),
-            "flush_valid": Out(1), "flush_tag": Out(1),
+            "flush": Out(flush_signature()),
             "tx_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
             "status": Out(stream.Signature(status_layout(config))),
             "local_mac": In(48), "local_ip": In(32),
@@ -135,12 +135,9 @@ class Commit(wiring.Component):
 
         # ---------------------------------------------------------------- header
         m.submodules.ip_id = ip_id = IPv4Identification(cfg.ip_id_start)
-        m.d.comb += [
-            ip_id.inc.eq(self.hdr.valid & self.hdr.ready),
-            ip_id.load.valid.eq(self.ip_id_load.valid),
-            ip_id.load.payload.eq(self.ip_id_load.payload),
-            self.ip_id_load.ready.eq(1),
-        ]
+        m.d.comb += ip_id.inc.eq(self.hdr.valid & self.hdr.ready)
+        # (always ready: the counter's load is an always-ready stream)
+        wiring.connect(m, wiring.flipped(self.ip_id_load), ip_id.load)
         f = self.hdr.payload.fields
         m.d.comb += [
             self.hdr.payload.variant.eq(Cat(d.imm, d.reth)),
@@ -171,7 +168,7 @@ class Commit(wiring.Component):
 
         # ---------------------------------------------------------------- the packet in flight
         qw = len(d.qp)
-        fl = {"qp": Signal(qw, name="fl_qp"), "psn": Signal(24, name="fl_psn"),
+        fl = {"qp": Signal(qw, name="fl_qp"), "psn": Signal(proto.PSN_BITS, name="fl_psn"),
               "wr_id": Signal(64, name="fl_wr_id"), "tag": Signal(name="fl_tag"),
               "last": Signal(name="fl_last"), "new": Signal(name="fl_new"),
               "lead": Signal(name="fl_lead")}
@@ -201,10 +198,10 @@ class Commit(wiring.Component):
         # ---------------------------------------------------------------- write-backs, flush
         wb_valid = Signal()
         wb_qp = Signal(qw)
-        wb_psn = Signal(24)
+        wb_psn = Signal(proto.PSN_BITS)
         wb_err = Signal()
         psn_inc = d.psn_next
-        m.d.sync += [wb_valid.eq(0), self.flush_valid.eq(0)]
+        m.d.sync += [wb_valid.eq(0), self.flush.valid.eq(0)]
         # (the data registers load in every cycle, chosen by mism_now alone, which excludes
         # `take`; wb_valid says whether they hold a write-back)
         wb_qp_next = Signal(qw)
@@ -223,7 +220,7 @@ class Commit(wiring.Component):
         with m.If(wb_done | wb_mism):
             m.d.sync += wb_valid.eq(1)
         with m.If(flush_mism):
-            m.d.sync += [self.flush_valid.eq(1), self.flush_tag.eq(fl["tag"]), open_msg.eq(0)]
+            m.d.sync += [self.flush.valid.eq(1), self.flush.tag.eq(fl["tag"]), open_msg.eq(0)]
         # `hold` is a register of its own (the next values of both), one input of `can`
         # instead of two (ECP5 timing: `can` reaches the header inserter's load)
         m.d.sync += hold.eq(wb_done | wb_mism | flush_mism)
@@ -239,9 +236,8 @@ class Commit(wiring.Component):
             upd_w.qp.eq(wb_qp), upd_w.psn_we.eq(1), upd_w.next_psn.eq(wb_psn),
             upd_w.state_we.eq(wb_err), upd_w.state.eq(proto.QPState.ERROR),
             upd_fifo.w_data.eq(upd_w), upd_fifo.w_en.eq(wb_valid),
-            self.tx_upd.valid.eq(upd_fifo.r_rdy), self.tx_upd.payload.eq(upd_fifo.r_data),
-            upd_fifo.r_en.eq(self.tx_upd.ready),
         ]
+        wiring.connect(m, upd_fifo.r_stream, wiring.flipped(self.tx_upd))
 
         # ---------------------------------------------------------------- status, counters
         st = status_layout(cfg)
@@ -261,11 +257,8 @@ class Commit(wiring.Component):
                          st_data.status.eq(d.refuse)]
         frame_ev = Signal()
         m.d.sync += frame_ev.eq(self.hdr.valid & self.hdr.ready)
-        m.d.comb += [
-            st_fifo.w_en.eq(st_push), st_fifo.w_data.eq(st_data),
-            self.status.valid.eq(st_fifo.r_rdy), self.status.payload.eq(st_fifo.r_data),
-            st_fifo.r_en.eq(self.status.ready),
-        ]
+        m.d.comb += [st_fifo.w_en.eq(st_push), st_fifo.w_data.eq(st_data)]
+        wiring.connect(m, st_fifo.r_stream, wiring.flipped(self.status))
         m.d.comb += [
             # (counted from registered events, a cycle late: the counters' enables are not
             # the late `take`)

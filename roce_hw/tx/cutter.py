@@ -6,6 +6,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import proto
 from ..config import check_data_width
 from ..lib.crc import thermometer_count
 from ..lib.stream import FrameSignature, PacketSignature, packet_layout
@@ -25,7 +26,9 @@ def cut_layout(width):
     """
     check_data_width(width)
     n = width // 8
-    return data.StructLayout({"beats": 13 - (n - 1).bit_length(), "pk": n, "lik": n,
+    # (beats of a packet of up to the largest PMTU)
+    beats = proto.MAX_PMTU_BYTES.bit_length() - (n - 1).bit_length()
+    return data.StructLayout({"beats": beats, "pk": n, "lik": n,
                               "pkc": n.bit_length(), "last_msg": 1, "drain": 1})
 
 

@@ -239,15 +239,10 @@ class TxPath(wiring.Component):
         wiring.connect(m, seg.qp_rd, wiring.flipped(self.qp_rd))
         wiring.connect(m, seg.o, com.i)
         wiring.connect(m, com.tx_upd, wiring.flipped(self.qp_upd))
-        m.d.comb += [
-            fwd.q_qp.eq(seg.fwd_qp), seg.fwd_hit.eq(fwd.q_hit), seg.fwd_psn.eq(fwd.q_psn),
-            seg.fwd_err.eq(fwd.q_err),
-            seg.flush_valid.eq(com.flush_valid), seg.flush_tag.eq(com.flush_tag),
-        ]
-        wiring.connect(m, com.wb, fwd.wb)
-        m.d.comb += [seg.wb.valid.eq(com.wb.valid), seg.wb.qp.eq(com.wb.qp),
-                     seg.wb.psn.eq(com.wb.psn), seg.wb.err.eq(com.wb.err),
-                     seg.wb.qp_next.eq(com.wb.qp_next)]
+        wiring.connect(m, seg.fwd, fwd.q)
+        wiring.connect(m, com.flush, seg.flush)
+        # (the write-backs to the PSN forwarding and to the segmenter)
+        wiring.connect(m, com.wb, fwd.wb, seg.wb)
         wiring.connect(m, com.cut, cut.cmd)
         wiring.connect(m, cut.done, com.done)
         wiring.connect(m, wiring.flipped(self.i), cut.i)

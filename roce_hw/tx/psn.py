@@ -5,11 +5,11 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import proto
 from ..lib.arith import or_tree
 from ..layouts import IndexSignature, qp_index_width
 
-__all__ = ["WriteBackSignature", "PsnForward"]
-
+__all__ = ["WriteBackSignature", "PsnLookupSignature", "PsnForward"]
 
 
 class WriteBackSignature(IndexSignature):
@@ -20,7 +20,7 @@ class WriteBackSignature(IndexSignature):
     valid : ``Out(1)``
         A write-back takes place this cycle.
     qp : ``Out(idx_width)``
-    psn : ``Out(24)``
+    psn : ``Out(PSN_BITS)``
         The QP's next PSN from now on.
     err : ``Out(1)``
         The QP is moved to ERROR (later work requests for it are refused).
@@ -32,8 +32,29 @@ class WriteBackSignature(IndexSignature):
 
     def __init__(self, idx_width):
         self._idx_width = idx_width
-        super().__init__({"valid": Out(1), "qp": Out(idx_width), "psn": Out(24),
+        super().__init__({"valid": Out(1), "qp": Out(idx_width), "psn": Out(proto.PSN_BITS),
                           "err": Out(1), "qp_next": Out(idx_width)})
+
+
+class PsnLookupSignature(IndexSignature):
+    """A look-up of the newest write-back of one QP, seen from the asker (the
+    :class:`PsnForward` has it flipped). Not a stream: the answer is for the key of this cycle
+    (or of the previous one: :class:`PsnForward` ``registered_key``), every cycle.
+
+    Members
+    -------
+    qp : ``Out(idx_width)``
+        The key.
+    hit : ``In(1)``
+        A write-back of that QP is known.
+    psn : ``In(PSN_BITS)``, err : ``In(1)``
+        Its next PSN and error flag (don't-care without ``hit``).
+    """
+
+    def __init__(self, idx_width):
+        self._idx_width = idx_width
+        super().__init__({"qp": Out(idx_width), "hit": In(1), "psn": In(proto.PSN_BITS),
+                          "err": In(1)})
 
 
 class PsnForward(wiring.Component):
@@ -70,10 +91,8 @@ class PsnForward(wiring.Component):
         Write-backs.
     snoop_valid : ``In(1)``, snoop_qp : ``In(idx_width)``
         A management write of QP ``snoop_qp`` takes place this cycle.
-    q_qp : ``In(idx_width)``
-        Look-up key.
-    q_hit : ``Out(1)``, q_psn : ``Out(24)``, q_err : ``Out(1)``
-        The newest write-back of ``q_qp``, if any.
+    q : ``In(PsnLookupSignature(idx_width))``
+        Look-up: the newest write-back of ``q.qp``, if any.
     """
 
     def __init__(self, n_qp, depth=8, *, registered_key=False):
@@ -85,16 +104,17 @@ class PsnForward(wiring.Component):
         super().__init__({
             "wb": In(WriteBackSignature(qw)),
             "snoop_valid": In(1), "snoop_qp": In(qw),
-            "q_qp": In(qw), "q_hit": Out(1), "q_psn": Out(24), "q_err": Out(1),
+            "q": In(PsnLookupSignature(qw)),
         })
 
     def elaborate(self, platform):
         m = Module()
         n = self._depth
-        qw = len(self.q_qp)
+        qw = len(self.q.qp)
+        pw = proto.PSN_BITS
         valid = [Signal(name=f"e{k}_valid") for k in range(n)]
         qp = [Signal(qw, name=f"e{k}_qp") for k in range(n)]
-        psn = [Signal(24, name=f"e{k}_psn") for k in range(n)]
+        psn = [Signal(pw, name=f"e{k}_psn") for k in range(n)]
         err = [Signal(name=f"e{k}_err") for k in range(n)]
 
         # at most one valid entry per QP (a write-back drops the older ones of its QP), so the
@@ -127,31 +147,31 @@ class PsnForward(wiring.Component):
             # (`key` is read by nothing in this mode; Yosys drops it. Taking it out of the
             # text re-rolled ABC's mapping of the whole engine: docs/ecp5-timing.md, round 7)
             key = Signal(qw, name="key")
-            m.d.sync += key.eq(self.q_qp)
+            m.d.sync += key.eq(self.q.qp)
             # "this cycle's write-back is of the key's QP" as a flip-flop, from `qp_next`
             wb_is_key = Signal(name="wb_is_key")
-            m.d.sync += wb_is_key.eq(self.wb.qp_next == self.q_qp)
+            m.d.sync += wb_is_key.eq(self.wb.qp_next == self.q.qp)
             wb_key = Signal(name="wb_is_next_key")     # (for the hits of the next cycle)
-            m.d.comb += wb_key.eq(self.wb.qp == self.q_qp)
+            m.d.comb += wb_key.eq(self.wb.qp == self.q.qp)
             keeps = [Signal(name=f"e{k}_keeps") for k in range(n)]
             for k in range(n):
-                m.d.comb += keeps[k].eq(valid[k] & ~snooped[k] & (qp[k] == self.q_qp))
+                m.d.comb += keeps[k].eq(valid[k] & ~snooped[k] & (qp[k] == self.q.qp))
                 shifted = wb_key & insert_valid if k == 0 else keeps[k - 1] & ~wb_key
                 m.d.sync += hit[k].eq(Mux(self.wb.valid, shifted, keeps[k]))
         else:
-            key = self.q_qp
+            key = self.q.qp
             for k in range(n):
                 m.d.comb += hit[k].eq(valid[k] & (qp[k] == key))
         wb_hit = Signal()
-        cam_psn = Signal(24)
+        cam_psn = Signal(pw)
         cam_err = Signal()
         m.d.comb += [
             wb_hit.eq(self.wb.valid & (wb_is_key if self._registered else self.wb.qp == key)),
-            cam_psn.eq(or_tree([psn[k] & hit[k].replicate(24) for k in range(n)])),
+            cam_psn.eq(or_tree([psn[k] & hit[k].replicate(pw) for k in range(n)])),
             cam_err.eq(or_tree([err[k] & hit[k] for k in range(n)])),
-            self.q_hit.eq(wb_hit | or_tree(hit)),
-            self.q_psn.eq(Mux(wb_hit, self.wb.psn, cam_psn)),
-            self.q_err.eq(Mux(wb_hit, self.wb.err, cam_err)),
+            self.q.hit.eq(wb_hit | or_tree(hit)),
+            self.q.psn.eq(Mux(wb_hit, self.wb.psn, cam_psn)),
+            self.q.err.eq(Mux(wb_hit, self.wb.err, cam_err)),
         ]
 
         for k in range(n):
