@@ -175,8 +175,8 @@ def run_commit(config, msgs, mism, *, seed=0, early_check=False, p_idle=0.3, p_s
         ctx.set(dut.local_ip, LOCAL_IP)
 
         async def tick(tag):
-            _, _, ready, fv, ft = await ctx.tick().sample(dut.i.ready, dut.flush_valid,
-                                                          dut.flush_tag)
+            _, _, ready, fv, ft = await ctx.tick().sample(dut.i.ready, dut.flush.valid,
+                                                          dut.flush.tag)
             return ready, bool(fv and ft == tag)
 
         for msg in msgs:
@@ -237,7 +237,7 @@ def run_commit(config, msgs, mism, *, seed=0, early_check=False, p_idle=0.3, p_s
             _, _, *v = await ctx.tick().sample(
                 dut.i.valid, dut.i.ready, dut.hdr.valid, dut.hdr.payload, dut.cut.valid,
                 dut.cut.ready, dut.done.valid, dut.done.payload, dut.wb.valid, dut.wb.qp,
-                dut.wb.psn, dut.wb.err, dut.flush_valid, dut.flush_tag, dut.status.valid,
+                dut.wb.psn, dut.wb.err, dut.flush.valid, dut.flush.tag, dut.status.valid,
                 dut.status.payload, dut.tx_upd.valid, dut.tx_upd.payload, dut.i.payload)
             (iv, ir, hv, hp, cv, cr, dv, dp, wv, wq, wpsn, we, fv, ft, sv, sp, uv, up, ip) = v
             cycle = res["cycle"]
