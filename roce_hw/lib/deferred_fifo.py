@@ -143,15 +143,18 @@ class DeferredFrameFifo(wiring.Component):
         rd_inc = Signal(ptr_shape, init=1)
 
         # Room, from the previous cycle's registers and therefore safe: at most one row and one
-        # frame were added since. After a frame was given back, the flags computed from the
-        # values it went back to are used, so the next frame finds that room at once.
+        # frame were added since. After a frame was given back, the row flag computed from the
+        # value it went back to is used, so the next frame finds that room at once; the frame
+        # flag counts the frame taken in the previous cycle only if there was one, so exactly
+        # `max_frames` frames fit.
         acq = Signal(fb + 2)                # frames given a slot (wrapping)
         rel = Signal(fb + 2)                # frames that left the table (wrapping)
         full_w = Signal()                   # no row, counting the rows written
         full_s = Signal()                   # no row once the current frame is given back
-        nf_w = Signal()                     # no frame slot
-        nf_g = Signal()                     # no frame slot once one is given back
+        nf_w = Signal()                     # no frame slot, counting a frame taken last cycle
+        nf_g = Signal()                     # no frame slot, none taken last cycle
         gave = Signal()
+        took = Signal()
         m.d.sync += [
             full_w.eq(((wr_ptr - rd_ptr)[:ptr_shape]) >= depth - 1),
             full_s.eq(((start - rd_ptr)[:ptr_shape]) >= depth - 1),
@@ -161,7 +164,7 @@ class DeferredFrameFifo(wiring.Component):
         rows_full = Signal()
         frames_full = Signal()
         m.d.comb += [rows_full.eq(Mux(gave, full_s, full_w)),
-                     frames_full.eq(Mux(gave, nf_g, nf_w))]
+                     frames_full.eq(Mux(took, nf_w, nf_g))]
 
         pl = self.i.payload
         slot = Signal()                     # the current frame got a slot
@@ -201,7 +204,7 @@ class DeferredFrameFifo(wiring.Component):
         give = Signal()
         m.d.comb += [take.eq(self.i.valid & pl.first & cur_slot),
                      give.eq(end & cur_ovf & cur_slot)]
-        m.d.sync += gave.eq(end & cur_ovf)
+        m.d.sync += [gave.eq(end & cur_ovf), took.eq(take & ~give)]
         with m.If(take & ~give):
             m.d.sync += acq.eq(acq + 1)
         with m.Elif(give & ~take):
