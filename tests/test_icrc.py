@@ -447,9 +447,10 @@ def test_verilog_lint_all(cls, width):
 
 @pytest.mark.parametrize("cls", [ICRCInserter, ICRCChecker])
 def test_simulator_build_is_fast(cls):
-    t0 = time.perf_counter()
+    # CPU time of this process, not wall time: the bound holds on a loaded machine too
+    t0 = time.process_time()
     Simulator(cls(1024))
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert elapsed < 5.0, f"simulator build took {elapsed:.2f} s at 1024 bits"
 
 

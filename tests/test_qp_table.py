@@ -481,15 +481,16 @@ def test_verilog_lint_max():
 
 
 def test_startup_time_1024(capsys):
-    t0 = time.perf_counter()
+    # CPU time of this process, not wall time: the bound holds on a loaded machine too
+    t0 = time.process_time()
     dut = QPStateTable(1024)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     sim.run_until(1e-8 * 100)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     with capsys.disabled():
-        print(f"\nQPStateTable(1024): elaboration+Simulator {t1 - t0:.2f} s, "
+        print(f"\nQPStateTable(1024): elaboration+Simulator {t1 - t0:.2f} s of CPU, "
               f"first 100 cycles {t2 - t1:.2f} s")
     assert t2 - t0 < 10
 
