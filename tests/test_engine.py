@@ -14,6 +14,7 @@ from roce_hw.engine import RoceEngine
 from roce_hw.model.cm import CmModel, generator_messages, reply_frame, request_frame
 from roce_hw.model.packet import build_request_frame
 from roce_hw.model.requester import RequesterModel
+from sim.bfm import mgmt_write
 from sim.harness import run_simulation
 from sim.stream import recv_packet, send_packet, stream_put
 
@@ -252,7 +253,7 @@ def run_requests(width, qps, items, *, txmeta=None, seed=0, p=0.0, cycles=None):
     QP's next expected packet, built with the IPv4 identification of its position on ``tx``.
     The frames of different QPs may interleave in any order (arbitration). Returns a dict with
     the data frames, the statuses, the counters and the model."""
-    from sim.traffic import qp_context
+    from sim.bfm import qp_context
 
     cfg = EngineConfig(data_width=width, n_qp=4)
     dut = RoceEngine(cfg)
@@ -320,11 +321,7 @@ def run_requests(width, qps, items, *, txmeta=None, seed=0, p=0.0, cycles=None):
 
     async def user(ctx):
         for q in qps:
-            await stream_put(ctx, dut.qp_mgmt_req, {"qp": q.index, "write": 1,
-                                                    "ctx": qp_context(q)})
-            ctx.set(dut.qp_mgmt_rsp.ready, 1)
-            await ctx.tick().until(dut.qp_mgmt_rsp.valid)
-            ctx.set(dut.qp_mgmt_rsp.ready, 0)
+            await mgmt_write(ctx, dut, q.index, qp_context(q))
         st["setup"] = True
         while not st["cm_up"]:
             await ctx.tick()
@@ -412,7 +409,7 @@ def test_resume_through_the_engine(width):
     payload bytes) goes out at once, and so does the WR after it (before the fix the resume's
     payload never passed the WR mux: nothing was sent, and the payload path stayed one
     request behind). Frames against the requester model and scapy."""
-    from sim.traffic import QPSetup
+    from sim.bfm import QPSetup
     rng = random.Random(33)
     q = QPSetup(index=1, remote_qpn=0x0ABCDE, remote_mac=0x02_00_00_00_00_42,
                 remote_ip=0x0A_00_00_42, udp_sport=0xC123, start_psn=1000, pmtu=256)
@@ -437,7 +434,7 @@ def _mix(width, seed, *, count=14, p=0.2):
     their messages, at packet 0 too; lengths 0, 1, PMTU +- 1, several packets) on three QPs of
     random PMTUs, and a generator run started by a CM datagram meanwhile; random idle and
     backpressure. Everything on ``tx`` equals the models, nothing is refused."""
-    from sim.traffic import QPSetup
+    from sim.bfm import QPSetup
     rng = random.Random(seed)
     pmtus = [256, 512, 1024, 2048]
     qps = [QPSetup(index=k, remote_qpn=0x100 * k + rng.randrange(0x100),
@@ -493,7 +490,7 @@ def test_wr_latency_is_documented(width):
     exactly ``TxEngine.latency + 2`` cycles later (RoceEngine's docstring), a resume (packet 0
     of the same message) later than that."""
     from roce_hw.engine import TxEngine
-    from sim.traffic import QPSetup, qp_context
+    from sim.bfm import QPSetup, qp_context
     cfg = EngineConfig(data_width=width, n_qp=4)
     q = QPSetup(index=1, remote_qpn=0x22, remote_mac=0x02_00_00_00_00_22,
                 remote_ip=0x0A_00_00_22, pmtu=1024)
@@ -507,8 +504,7 @@ def test_wr_latency_is_documented(width):
         async def tb(ctx, dut=dut, f=f, kind=kind):
             ctx.set(dut.local_mac, LOCAL_MAC)
             ctx.set(dut.local_ip, LOCAL_IP)
-            await stream_put(ctx, dut.qp_mgmt_req, {"qp": 1, "write": 1, "ctx": qp_context(q)})
-            ctx.set(dut.qp_mgmt_rsp.ready, 1)
+            await mgmt_write(ctx, dut, 1, qp_context(q))
             await ctx.tick().repeat(20)               # the payload waits on i meanwhile
             port = getattr(dut, kind)
             await stream_put(ctx, port, f)

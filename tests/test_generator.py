@@ -21,7 +21,7 @@ from roce_hw.ctrl.generator import TrafficGenerator, _AddressSequence
 from roce_hw.ctrl.wrmux import WrMux
 from sim.harness import run_simulation
 from sim.stream import framing_error, send_packet, stream_put
-from sim.traffic import QPSetup, qp_context
+from sim.bfm import QPSetup, mgmt_write, qp_context
 
 FAST = [64, 512]
 SLOW = [pytest.param(w, marks=pytest.mark.slow) for w in (128, 256, 1024)]
@@ -417,11 +417,7 @@ def run_chain(config, qps, cmds, user, *, seed=0, p=0.0, gen_after=0):
         ctx.set(eng.local_mac, LOCAL_MAC)
         ctx.set(eng.local_ip, LOCAL_IP)
         for q in qps:
-            await stream_put(ctx, eng.qp_mgmt_req, {"qp": q.index, "write": 1,
-                                                    "ctx": qp_context(q)})
-            ctx.set(eng.qp_mgmt_rsp.ready, 1)
-            await ctx.tick().until(eng.qp_mgmt_rsp.valid)
-            ctx.set(eng.qp_mgmt_rsp.ready, 0)
+            await mgmt_write(ctx, eng, q.index, qp_context(q))
         st["setup"] = True
         if cmds is not None:
             if gen_after:
