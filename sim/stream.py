@@ -7,7 +7,7 @@ producer and one per consumer.
 """
 
 __all__ = ["beats_of", "framing_error", "stream_put", "stream_get", "send_packet", "recv_packet",
-           "collect_valid"]
+           "PacketAssembler", "collect_valid"]
 
 
 def beats_of(pkt, width):
@@ -86,28 +86,47 @@ async def send_packet(ctx, s, pkt, width, *, rng=None, p_idle=0.0, garbage=True)
     ctx.set(s.valid, 0)
 
 
+class PacketAssembler:
+    """Packets from the beats a monitor transferred: :meth:`add` takes one beat (a payload
+    with ``data``, ``keep``, ``first``, ``last``) and returns the packet's bytes (only lanes
+    with ``keep`` set) at its ``last`` beat, else ``None``. With ``check_framing`` it asserts
+    :func:`framing_error` of every beat. ``index`` is the next beat's index in its packet
+    (0 between packets)."""
+
+    def __init__(self, width, *, check_framing=True):
+        self._n = width // 8
+        self._check = check_framing
+        self._out = bytearray()
+        self.index = 0
+
+    def add(self, p):
+        if self._check:
+            error = framing_error(self.index, p.keep, p.first, p.last, self._n)
+            assert error is None, error
+        self._out += int(p.data).to_bytes(self._n, "little")[:int(p.keep).bit_length()]
+        self.index += 1
+        if not p.last:
+            return None
+        pkt, self._out, self.index = bytes(self._out), bytearray(), 0
+        return pkt
+
+
 async def recv_packet(ctx, s, width, *, rng=None, p_stall=0.0, check_framing=True):
     """Receive one packet from ``s`` and return its bytes (only lanes with ``keep`` set).
 
     With ``check_framing``, asserts the conventions of :mod:`roce_hw.lib.stream`: ``first`` only on
     the first beat, keep contiguous and full except on ``last``."""
-    n = width // 8
-    out = bytearray()
-    index = 0
+    asm = PacketAssembler(width, check_framing=check_framing)
     while True:
         ready = _ready_now(rng, p_stall)
         ctx.set(s.ready, ready)
         _, _, valid, p = await ctx.tick().sample(s.valid, s.payload)
         if not (valid and ready):
             continue
-        if check_framing:
-            error = framing_error(index, p.keep, p.first, p.last, n)
-            assert error is None, error
-        out += int(p.data).to_bytes(n, "little")[:int(p.keep).bit_length()]
-        index += 1
-        if p.last:
+        pkt = asm.add(p)
+        if pkt is not None:
             ctx.set(s.ready, 0)
-            return bytes(out)
+            return pkt
 
 
 async def collect_valid(ctx, s, count):

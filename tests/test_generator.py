@@ -20,7 +20,7 @@ from roce_hw.engine import TxEngine
 from roce_hw.ctrl.generator import TrafficGenerator, _AddressSequence
 from roce_hw.ctrl.wrmux import WrMux
 from sim.harness import run_simulation
-from sim.stream import framing_error, send_packet, stream_put
+from sim.stream import PacketAssembler, send_packet, stream_put
 from sim.bfm import QPSetup, mgmt_write, qp_context
 
 FAST = [64, 512]
@@ -121,7 +121,6 @@ def run_generator(config, script, *, seed=0, p_wr=0.0, p_i=0.0, max_cycles=20000
     cycle)], ``cmds`` [(cycle, start, sent before)], ``busy`` (cycle -> busy), ``sent``,
     ``beats`` (cycles with a payload beat taken), ``latency`` (the generator's)."""
     dut = TrafficGenerator(config)
-    nb = config.data_bytes
     rng = random.Random(seed)
     rng_wr, rng_i = random.Random(rng.getrandbits(32)), random.Random(rng.getrandbits(32))
     res = {"wrs": [], "pkts": [], "cmds": [], "busy": [], "beats": [], "wr_valid": [],
@@ -153,8 +152,7 @@ def run_generator(config, script, *, seed=0, p_wr=0.0, p_i=0.0, max_cycles=20000
         st["done"] = True
 
     async def monitor(ctx):
-        cycle, offer, cur, first = 0, None, bytearray(), None
-        index = 0
+        cycle, offer, asm, first = 0, None, PacketAssembler(config.data_width), None
         while not st["done"]:
             wr_rdy = not (p_wr and rng_wr.random() < p_wr)
             i_rdy = not (p_i and rng_i.random() < p_i)
@@ -174,18 +172,14 @@ def run_generator(config, script, *, seed=0, p_wr=0.0, p_i=0.0, max_cycles=20000
                 res["wrs"].append((wr_dict(wp), offer, cycle))
                 offer = None
             if iv and i_rdy:
-                error = framing_error(index, ip.keep, ip.first, ip.last, nb)
-                assert error is None, error
-                if index == 0:
+                if asm.index == 0:
                     first = cycle
-                cur += int(ip.data).to_bytes(nb, "little")[:int(ip.keep).bit_length()]
-                index += 1
+                pkt = asm.add(ip)
                 res["beats"].append(cycle)
-                if ip.last:
-                    res["pkts"].append((bytes(cur), first))
-                    cur, index = bytearray(), 0
+                if pkt is not None:
+                    res["pkts"].append((pkt, first))
             cycle += 1
-        assert index == 0, "payload packet left unfinished"
+        assert asm.index == 0, "payload packet left unfinished"
 
     run_simulation(dut, [commands, monitor], cycles=max_cycles, vcd_name="generator")
     return res
@@ -444,7 +438,7 @@ def run_chain(config, qps, cmds, user, *, seed=0, p=0.0, gen_after=0):
         st["done"] += 1
 
     async def out(ctx):
-        cycle, cur, index, quiet = 0, bytearray(), 0, 0
+        cycle, asm, quiet = 0, PacketAssembler(w), 0
         ctx.set(eng.status.ready, 1)
         while quiet < 200 or st["done"] < n_tbs:
             rdy = not (p and rngs[2].random() < p)
@@ -461,14 +455,10 @@ def run_chain(config, qps, cmds, user, *, seed=0, p=0.0, gen_after=0):
                 res["ready"] += 1
             if ov and rdy:
                 quiet = 0
-                error = framing_error(index, op.keep, op.first, op.last, w // 8)
-                assert error is None, error
-                cur += int(op.data).to_bytes(w // 8, "little")[:int(op.keep).bit_length()]
-                index += 1
+                frame = asm.add(op)
                 res["beats"].append((cycle, res["ready"]))
-                if op.last:
-                    res["frames"].append((bytes(cur), bool(op.abort)))
-                    cur, index = bytearray(), 0
+                if frame is not None:
+                    res["frames"].append((frame, bool(op.abort)))
             cycle += 1
 
     total = sum(len(p) for _, p in user) + sum(c.length * c.count for c in (cmds or []))

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from roce_hw.lib.stream import PacketSignature
 from sim.harness import run_simulation
-from sim.stream import beats_of, framing_error, recv_packet, send_packet
+from sim.stream import PacketAssembler, beats_of, framing_error, recv_packet, send_packet
 
 __all__ = []
 
@@ -46,6 +46,22 @@ def test_beats_of_and_framing_error():
     assert "keep" in framing_error(0, 0x05, 1, 1, 8)
     assert "keep" in framing_error(0, 0x00, 1, 1, 8)
     assert "without last" in framing_error(0, 0x0F, 1, 0, 8)
+
+
+def test_packet_assembler():
+    """Beats in, packets out at their last beat (lanes beyond ``keep`` dropped); a framing
+    error is an assertion."""
+    from types import SimpleNamespace as Beat
+    asm = PacketAssembler(64)
+    for pkt in (bytes(range(19)), b"\x01", bytes(range(8))):
+        beats = beats_of(pkt, 64)
+        got = [asm.add(Beat(**dict(b, data=b["data"] | (0xEE << 56 if b["keep"] < 0xFF else 0))))
+               for b in beats]
+        assert got == [None] * (len(beats) - 1) + [pkt] and asm.index == 0
+    asm.add(Beat(**beats_of(bytes(16), 64)[0]))
+    assert asm.index == 1
+    with pytest.raises(AssertionError, match="first"):
+        asm.add(Beat(**beats_of(bytes(8), 64)[0]))          # a second first beat
 
 
 @pytest.mark.parametrize("width", [64, 512])

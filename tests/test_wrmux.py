@@ -13,7 +13,7 @@ from roce_hw.ctrl.wrmux import WrMux
 from roce_hw.generate import emit
 from roce_hw.verbs import START_PACKET_BITS, resume_layout, wr_layout
 from sim.harness import run_simulation
-from sim.stream import framing_error, send_packet, stream_put
+from sim.stream import PacketAssembler, send_packet, stream_put
 
 __all__ = []
 
@@ -136,7 +136,7 @@ def run_mux(config, reqs, *, seed=0, p_idle=0.3, p_stall=0.3, depth=8, i_hold=0,
             cycle += 1
 
     async def consumer(ctx):
-        cycle, cur, index, first = 0, bytearray(), 0, None
+        cycle, asm, first = 0, PacketAssembler(w), None
         while len(res["taken"]) < n_req or len(res["pkts"]) < n_pkt:
             stall = p_stall and rngs[5].random() < p_stall
             ctx.set(dut.resume.ready, not stall)
@@ -155,16 +155,12 @@ def run_mux(config, reqs, *, seed=0, p_idle=0.3, p_stall=0.3, depth=8, i_hold=0,
             elif wv and wr:
                 res["taken"].append(("wr", _dict(wp, WR_FIELDS), cycle))
             if iv and i_rdy:
-                error = framing_error(index, ip.keep, ip.first, ip.last, w // 8)
-                assert error is None, error
-                if index == 0:
+                if asm.index == 0:
                     first = cycle
-                cur += int(ip.data).to_bytes(w // 8, "little")[:int(ip.keep).bit_length()]
-                index += 1
+                pkt = asm.add(ip)
                 res["beats"].append(cycle)
-                if ip.last:
-                    res["pkts"].append((bytes(cur), first))
-                    cur, index = bytearray(), 0
+                if pkt is not None:
+                    res["pkts"].append((pkt, first))
             cycle += 1
 
     if cycles is None:
