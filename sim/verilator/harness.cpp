@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// Stream-level harness for roce_engine.v compiled by Verilator (sim/verilator, issue 34).
+//
+// The harness owns the cycle loop and the bus-functional models of every stream; Python talks to
+// it in transactions through the plain C API at the end of this file (ctypes). No Python code
+// runs per cycle.
+//
+// Built with `verilator --prefix Vtop`, so the model class is Vtop whatever the module name.
+// ports_gen.h is written by sim/verilator/__init__.py from the port list of the generated top
+// (roce_hw.generate.port_lines): X-macro lists of the WR fields, the QP context fields and the
+// counters, so that the harness follows the design's port set.
+//
+// One cycle (Harness::step):
+//   1. drive every input for this cycle (producers: valid/data, consumers: ready, each with a
+//      seeded random idle/stall), clk = 0, eval();
+//   2. sample every handshake (valid && ready) and record the transfers, stamped with the cycle;
+//   3. clk = 1, eval(): the rising edge; cycle++.
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "Vtop.h"
+#include "verilated.h"
+#include "ports_gen.h"
+
+// ---- port access helpers: integral ports up to 64 bits, VlWide<N> above ----------------------
+template <typename T> static inline void clear(T& v) {
+    if constexpr (std::is_integral_v<T>) v = 0;
+    else for (auto& w : v.m_storage) w = 0;
+}
+// bytes[0..n) into lanes 0..n-1 (wire byte k in bits 8k+7..8k); the other lanes are 0.
+template <typename T> static inline void put_bytes(T& v, const uint8_t* b, int n) {
+    if constexpr (std::is_integral_v<T>) {
+        uint64_t x = 0;
+        std::memcpy(&x, b, n);               // little-endian host
+        v = T(x);
+    } else {
+        clear(v);
+        std::memcpy(&v.m_storage[0], b, n);  // 32-bit words, little-endian host
+    }
+}
+template <typename T> static inline void get_bytes(const T& v, uint8_t* b, int n) {
+    if constexpr (std::is_integral_v<T>) {
+        uint64_t x = uint64_t(v);
+        std::memcpy(b, &x, n);
+    } else {
+        std::memcpy(b, &v.m_storage[0], n);
+    }
+}
+// keep = n ones from bit 0.
+template <typename T> static inline void put_keep(T& v, int n) {
+    if constexpr (std::is_integral_v<T>) {
+        v = n >= 64 ? T(~uint64_t(0)) : T((uint64_t(1) << n) - 1);
+    } else {
+        clear(v);
+        for (int i = 0; i < n; ++i) v[i / 32] |= 1u << (i % 32);
+    }
+}
+// number of ones from bit 0 (keep is contiguous from lane 0).
+template <typename T> static inline int keep_count(const T& v, int lanes) {
+    if constexpr (std::is_integral_v<T>) {
+        uint64_t x = uint64_t(v);
+        return x == ~uint64_t(0) ? 64 : __builtin_ctzll(~x);
+    } else {
+        int n = 0;
+        while (n < lanes && ((v[n / 32] >> (n % 32)) & 1)) ++n;
+        return n;
+    }
+}
+
+struct Frame {
+    std::vector<uint8_t> bytes;
+    uint64_t first_cycle = 0, last_cycle = 0;
+    int tuser = 0;          // tuser of the last beat (tx: aborted frame)
+};
+
+struct WrReq { uint64_t f[N_WR_FIELDS]; };
+struct MgmtReq { uint64_t qp, write; uint64_t ctx[N_CTX_FIELDS]; };
+struct MgmtRsp { uint64_t cycle, qp, write, error; uint64_t ctx[N_CTX_FIELDS]; };
+struct Status { uint64_t cycle, wr_id, qp, status; };
+struct RxFrame { std::vector<uint8_t> bytes; uint64_t earliest; int tuser; };
+
+struct Harness {
+    VerilatedContext ctx;
+    Vtop top{&ctx};
+    int lanes;
+    uint64_t cycle = 0;
+    std::mt19937_64 rng;
+    std::uniform_real_distribution<double> uni{0.0, 1.0};
+    // probabilities: idle before a WR / a payload beat / an rx beat / a mgmt request; stall of
+    // m_axis_tx, m_status, m_axis_rx_other
+    double p_wr_idle = 0, p_pl_idle = 0, p_rx_idle = 0, p_tx_stall = 0, p_st_stall = 0,
+           p_other_stall = 0;
+    bool wr_waits_mgmt = true;  // hold WRs and payload back while management requests are pending
+
+    // inputs
+    std::deque<WrReq> wrs;
+    std::deque<std::vector<uint8_t>> payloads;
+    size_t pl_pos = 0;          // byte offset into payloads.front()
+    std::deque<RxFrame> rx;
+    size_t rx_pos = 0;
+    std::deque<MgmtReq> mgmt;
+    bool mgmt_outstanding = false;
+    // producers' "offering" state: valid may not drop before the transfer
+    bool wr_on = false, pl_on = false, rx_on = false, mgmt_on = false;
+    // outputs
+    std::deque<Frame> tx, other;
+    Frame tx_cur, other_cur;
+    bool tx_in = false, other_in = false;
+    std::deque<Status> statuses;
+    std::deque<MgmtRsp> mgmt_rsps;
+    uint64_t tx_frames_total = 0, tx_beats_total = 0, last_tx_beat_cycle = 0;
+    uint64_t wrs_accepted = 0;
+
+    explicit Harness(uint64_t seed) : rng(seed) {
+        lanes = int(sizeof(top.s_axis_rx_tdata));
+        top.clk = 0;
+        top.rst = 0;
+    }
+    bool chance(double p) { return p > 0 && uni(rng) < p; }
+
+    void reset(int n) {
+        top.rst = 1;
+        for (int i = 0; i < n; ++i) { top.clk = 0; top.eval(); top.clk = 1; top.eval(); }
+        top.rst = 0;
+    }
+
+    bool inputs_pending() const {
+        return !wrs.empty() || !payloads.empty() || !rx.empty() || !mgmt.empty() ||
+               mgmt_outstanding;
+    }
+
+    void drive() {
+        bool gate = wr_waits_mgmt && (!mgmt.empty() || mgmt_outstanding);
+        // s_wr
+        if (!wr_on && !wrs.empty() && !gate && !chance(p_wr_idle)) {
+            const WrReq& w = wrs.front();
+            int i = 0;
+#define X(name) top.s_wr_##name = w.f[i++];
+            WR_FIELDS(X)
+#undef X
+            wr_on = true;
+        }
+        top.s_wr_valid = wr_on;
+        // s_axis_payload
+        if (!pl_on && !payloads.empty() && !gate && !chance(p_pl_idle)) {
+            const auto& p = payloads.front();
+            int n = int(std::min<size_t>(lanes, p.size() - pl_pos));
+            put_bytes(top.s_axis_payload_tdata, p.data() + pl_pos, n);
+            put_keep(top.s_axis_payload_tkeep, n);
+            top.s_axis_payload_tlast = pl_pos + n >= p.size();
+            pl_on = true;
+        }
+        top.s_axis_payload_tvalid = pl_on;
+        // s_axis_rx
+        if (!rx_on && !rx.empty() && rx.front().earliest <= cycle && !chance(p_rx_idle)) {
+            const auto& f = rx.front();
+            int n = int(std::min<size_t>(lanes, f.bytes.size() - rx_pos));
+            put_bytes(top.s_axis_rx_tdata, f.bytes.data() + rx_pos, n);
+            put_keep(top.s_axis_rx_tkeep, n);
+            top.s_axis_rx_tlast = rx_pos + n >= f.bytes.size();
+            top.s_axis_rx_tuser = f.tuser && top.s_axis_rx_tlast;
+            rx_on = true;
+        }
+        top.s_axis_rx_tvalid = rx_on;
+        // s_qp_mgmt_req: one request at a time, the next after the previous response
+        if (!mgmt_on && !mgmt_outstanding && !mgmt.empty()) {
+            const MgmtReq& r = mgmt.front();
+            top.s_qp_mgmt_req_qp = r.qp;
+            top.s_qp_mgmt_req_write = r.write;
+            int i = 0;
+#define X(name) top.s_qp_mgmt_req_ctx_##name = r.ctx[i++];
+            CTX_FIELDS(X)
+#undef X
+            mgmt_on = true;
+        }
+        top.s_qp_mgmt_req_valid = mgmt_on;
+        // consumers
+        top.m_axis_tx_tready = !chance(p_tx_stall);
+        top.m_status_ready = !chance(p_st_stall);
+        top.m_axis_rx_other_tready = !chance(p_other_stall);
+        top.m_qp_mgmt_rsp_ready = 1;
+    }
+
+    void sample() {
+        if (wr_on && top.s_wr_ready) { wrs.pop_front(); wr_on = false; ++wrs_accepted; }
+        if (pl_on && top.s_axis_payload_tready) {
+            pl_on = false;
+            pl_pos += lanes;
+            if (pl_pos >= payloads.front().size()) { payloads.pop_front(); pl_pos = 0; }
+        }
+        if (rx_on && top.s_axis_rx_tready) {
+            rx_on = false;
+            rx_pos += lanes;
+            if (rx_pos >= rx.front().bytes.size()) { rx.pop_front(); rx_pos = 0; }
+        }
+        if (mgmt_on && top.s_qp_mgmt_req_ready) {
+            mgmt.pop_front(); mgmt_on = false; mgmt_outstanding = true;
+        }
+        if (top.m_qp_mgmt_rsp_valid && top.m_qp_mgmt_rsp_ready) {
+            MgmtRsp r{cycle, top.m_qp_mgmt_rsp_qp, top.m_qp_mgmt_rsp_write,
+                      top.m_qp_mgmt_rsp_error, {}};
+            int i = 0;
+#define X(name) r.ctx[i++] = top.m_qp_mgmt_rsp_ctx_##name;
+            CTX_FIELDS(X)
+#undef X
+            mgmt_rsps.push_back(r);
+            mgmt_outstanding = false;
+        }
+        if (top.m_status_valid && top.m_status_ready)
+            statuses.push_back({cycle, top.m_status_wr_id, top.m_status_qp, top.m_status_status});
+        if (top.m_axis_tx_tvalid && top.m_axis_tx_tready) {
+            take_beat(tx_cur, tx_in, tx, top.m_axis_tx_tdata, top.m_axis_tx_tkeep,
+                      top.m_axis_tx_tlast, top.m_axis_tx_tuser);
+            ++tx_beats_total;
+            last_tx_beat_cycle = cycle;
+            if (top.m_axis_tx_tlast) ++tx_frames_total;
+        }
+        if (top.m_axis_rx_other_tvalid && top.m_axis_rx_other_tready)
+            take_beat(other_cur, other_in, other, top.m_axis_rx_other_tdata,
+                      top.m_axis_rx_other_tkeep, top.m_axis_rx_other_tlast,
+                      top.m_axis_rx_other_tuser);
+    }
+
+    template <typename D, typename K>
+    void take_beat(Frame& cur, bool& in, std::deque<Frame>& out, const D& data, const K& keep,
+                   bool last, bool tuser) {
+        if (!in) { cur.bytes.clear(); cur.first_cycle = cycle; in = true; }
+        int n = keep_count(keep, lanes);
+        size_t at = cur.bytes.size();
+        cur.bytes.resize(at + lanes);
+        get_bytes(data, cur.bytes.data() + at, lanes);
+        cur.bytes.resize(at + n);
+        if (last) {
+            cur.last_cycle = cycle;
+            cur.tuser = tuser;
+            out.push_back(std::move(cur));
+            cur = Frame();
+            in = false;
+        }
+    }
+
+    inline void step() {
+        drive();
+        top.clk = 0;
+        top.eval();
+        sample();
+        top.clk = 1;
+        top.eval();
+        ++cycle;
+    }
+};
+
+// ---- C API ------------------------------------------------------------------------------------
+extern "C" {
+
+int rh_n_wr_fields() { return N_WR_FIELDS; }
+int rh_n_ctx_fields() { return N_CTX_FIELDS; }
+int rh_n_counters() { return N_COUNTERS; }
+// Comma-separated names, in the order the arrays below use.
+const char* rh_wr_field_names() { return WR_FIELD_NAMES; }
+const char* rh_ctx_field_names() { return CTX_FIELD_NAMES; }
+const char* rh_counter_names() { return COUNTER_NAMES; }
+
+void* rh_create(uint64_t seed, int reset_cycles) {
+    Harness* h = new Harness(seed);
+    h->reset(reset_cycles);
+    return h;
+}
+void rh_destroy(void* p) {
+    Harness* h = static_cast<Harness*>(p);
+    h->top.final();
+    delete h;
+}
+int rh_lanes(void* p) { return static_cast<Harness*>(p)->lanes; }
+uint64_t rh_cycle(void* p) { return static_cast<Harness*>(p)->cycle; }
+
+void rh_set_addr(void* p, uint64_t mac, uint32_t ip) {
+    Harness* h = static_cast<Harness*>(p);
+    h->top.local_mac = mac;
+    h->top.local_ip = ip;
+}
+void rh_set_random(void* p, double wr_idle, double pl_idle, double rx_idle, double tx_stall,
+                   double st_stall, double other_stall) {
+    Harness* h = static_cast<Harness*>(p);
+    h->p_wr_idle = wr_idle; h->p_pl_idle = pl_idle; h->p_rx_idle = rx_idle;
+    h->p_tx_stall = tx_stall; h->p_st_stall = st_stall; h->p_other_stall = other_stall;
+}
+void rh_set_wr_waits_mgmt(void* p, int on) { static_cast<Harness*>(p)->wr_waits_mgmt = on; }
+
+void rh_push_wr(void* p, const uint64_t* fields) {
+    WrReq w;
+    std::memcpy(w.f, fields, sizeof w.f);
+    static_cast<Harness*>(p)->wrs.push_back(w);
+}
+void rh_push_payload(void* p, const uint8_t* data, size_t n) {
+    if (n) static_cast<Harness*>(p)->payloads.emplace_back(data, data + n);
+}
+void rh_push_rx(void* p, const uint8_t* data, size_t n, uint64_t earliest, int tuser) {
+    if (n) static_cast<Harness*>(p)->rx.push_back({std::vector<uint8_t>(data, data + n),
+                                                   earliest, tuser});
+}
+void rh_push_mgmt(void* p, uint64_t qp, int write, const uint64_t* ctx) {
+    MgmtReq r{qp, uint64_t(write), {}};
+    if (ctx) std::memcpy(r.ctx, ctx, sizeof r.ctx);
+    static_cast<Harness*>(p)->mgmt.push_back(r);
+}
+
+// Run until `max_cycles` more cycles have passed, or (if until_tx > 0) until the tx queue holds
+// at least `until_tx` frames, or (if quiet > 0) until every input queue is empty and no tx beat
+// has been seen for `quiet` cycles. Returns the cycles run.
+uint64_t rh_run(void* p, uint64_t max_cycles, uint64_t until_tx, uint64_t quiet) {
+    Harness* h = static_cast<Harness*>(p);
+    uint64_t start = h->cycle, end = start + max_cycles;
+    if (!until_tx && !quiet) {
+        while (h->cycle < end) h->step();
+    } else {
+        uint64_t quiet_since = h->cycle;
+        while (h->cycle < end) {
+            uint64_t beats = h->tx_beats_total;
+            h->step();
+            if (until_tx && h->tx.size() >= until_tx) break;
+            if (quiet) {
+                if (h->tx_beats_total != beats || h->inputs_pending() || h->tx_in)
+                    quiet_since = h->cycle;
+                else if (h->cycle - quiet_since >= quiet) break;
+            }
+        }
+    }
+    return h->cycle - start;
+}
+
+// Queue sizes: 0 tx frames, 1 statuses, 2 mgmt responses, 3 rx_other frames, 4 WRs still to
+// post, 5 payload packets still to send, 6 rx frames still to deliver, 7 mgmt requests to send,
+// 8 WRs accepted so far, 9 tx frames seen so far, 10 tx beats seen so far.
+uint64_t rh_count(void* p, int which) {
+    Harness* h = static_cast<Harness*>(p);
+    switch (which) {
+        case 0: return h->tx.size();
+        case 1: return h->statuses.size();
+        case 2: return h->mgmt_rsps.size();
+        case 3: return h->other.size();
+        case 4: return h->wrs.size();
+        case 5: return h->payloads.size();
+        case 6: return h->rx.size();
+        case 7: return h->mgmt.size();
+        case 8: return h->wrs_accepted;
+        case 9: return h->tx_frames_total;
+        case 10: return h->tx_beats_total;
+    }
+    return 0;
+}
+
+// Length of the oldest frame of queue `which` (0 tx, 3 rx_other), or -1 if empty.
+int64_t rh_frame_len(void* p, int which) {
+    Harness* h = static_cast<Harness*>(p);
+    auto& q = which == 3 ? h->other : h->tx;
+    return q.empty() ? -1 : int64_t(q.front().bytes.size());
+}
+// Pop the oldest frame into buf (at least rh_frame_len bytes); meta = first cycle, last cycle,
+// tuser. Returns its length, -1 if empty.
+int64_t rh_frame_pop(void* p, int which, uint8_t* buf, uint64_t* meta) {
+    Harness* h = static_cast<Harness*>(p);
+    auto& q = which == 3 ? h->other : h->tx;
+    if (q.empty()) return -1;
+    Frame& f = q.front();
+    std::memcpy(buf, f.bytes.data(), f.bytes.size());
+    meta[0] = f.first_cycle; meta[1] = f.last_cycle; meta[2] = uint64_t(f.tuser);
+    int64_t n = int64_t(f.bytes.size());
+    q.pop_front();
+    return n;
+}
+// out = cycle, wr_id, qp, status. Returns 0 if empty.
+int rh_status_pop(void* p, uint64_t* out) {
+    Harness* h = static_cast<Harness*>(p);
+    if (h->statuses.empty()) return 0;
+    const Status& s = h->statuses.front();
+    out[0] = s.cycle; out[1] = s.wr_id; out[2] = s.qp; out[3] = s.status;
+    h->statuses.pop_front();
+    return 1;
+}
+// out = cycle, qp, write, error, then the N_CTX_FIELDS context fields. Returns 0 if empty.
+int rh_mgmt_rsp_pop(void* p, uint64_t* out) {
+    Harness* h = static_cast<Harness*>(p);
+    if (h->mgmt_rsps.empty()) return 0;
+    const MgmtRsp& r = h->mgmt_rsps.front();
+    out[0] = r.cycle; out[1] = r.qp; out[2] = r.write; out[3] = r.error;
+    std::memcpy(out + 4, r.ctx, sizeof r.ctx);
+    h->mgmt_rsps.pop_front();
+    return 1;
+}
+// The counters' present values (after the last cycle run), in COUNTER_NAMES order.
+void rh_counters(void* p, uint64_t* out) {
+    Harness* h = static_cast<Harness*>(p);
+    int i = 0;
+#define X(name) out[i++] = h->top.counters_##name;
+    COUNTERS(X)
+#undef X
+}
+
+// A plain C++ cycle loop over the same model, for the harness-overhead comparison (the loop
+// issue 34 measured): for `n` cycles a WR (RDMA WRITE of `length` bytes on QP `qp`) is always
+// offered, the payload always valid (beats of `length` bytes back to back), m_axis_tx always
+// ready; only the payload beats transferred are counted. Leaves the engine mid-stream: for
+// benchmarks only, destroy the handle afterwards. Returns the tx beats seen.
+uint64_t rh_bare_busy(void* p, uint64_t n, uint32_t length, uint32_t qp) {
+    Harness* h = static_cast<Harness*>(p);
+    Vtop& t = h->top;
+    std::vector<uint8_t> body(length);
+    for (uint32_t i = 0; i < length; ++i) body[i] = uint8_t(i);
+    uint64_t tx_beats = 0;
+    size_t pos = 0;
+    t.s_wr_opcode = 0; t.s_wr_qp = qp; t.s_wr_remote_addr = 0x1000; t.s_wr_r_key = 5;
+    t.s_wr_length = length; t.s_wr_wr_id = 1; t.s_wr_signaled = 1;
+    t.s_wr_valid = 1;
+    t.s_axis_payload_tvalid = 1;
+    t.m_axis_tx_tready = 1;
+    t.m_status_ready = 1;
+    for (uint64_t i = 0; i < n; ++i) {
+        int k = int(std::min<size_t>(h->lanes, length - pos));
+        put_bytes(t.s_axis_payload_tdata, body.data() + pos, k);
+        put_keep(t.s_axis_payload_tkeep, k);
+        t.s_axis_payload_tlast = pos + k >= length;
+        t.clk = 0; t.eval();
+        if (t.s_axis_payload_tready) { pos += k; if (pos >= length) pos = 0; }
+        tx_beats += t.m_axis_tx_tvalid;
+        t.clk = 1; t.eval();
+    }
+    h->cycle += n;
+    return tx_beats;
+}
+
+}  // extern "C"
