@@ -84,6 +84,20 @@ def ports_header(ports):
     return "\n".join(lines) + "\n"
 
 
+def _source_key(config):
+    """Name of the folder the Verilog of ``config`` is emitted into: a hash of every source file
+    of ``roce_hw``, the Amaranth version and the configuration. The library's own cache key is
+    the hash of the Verilog itself; this one only saves re-emitting it (8-12 s at 64 bits)."""
+    import amaranth
+
+    import roce_hw
+    h = hashlib.sha256(f"{amaranth.__version__}\0{config!r}\0".encode())
+    pkg = Path(roce_hw.__file__).parent
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"roce_engine_{config.data_width}_{config.n_qp}_{h.hexdigest()[:12]}"
+
+
 def _tool(name):
     exe = shutil.which(name)
     if exe is None:
@@ -102,10 +116,15 @@ def build(config, *, log=None, jobs=None):
     verilator = _tool("verilator")
     _tool(os.environ.get("CXX", "g++"))
     jobs = int(jobs or os.environ.get("RHW_VERILATOR_JOBS", "1"))
-    src = BUILD_ROOT / "src" / f"roce_engine_{config.data_width}_{config.n_qp}"
-    t0 = time.monotonic()
-    vpath = generate(config, src, name="roce_engine", top="engine")
-    log(f"emitted {vpath} in {time.monotonic() - t0:.1f} s")
+    src = BUILD_ROOT / "src" / _source_key(config)
+    vpath = src / "roce_engine.v"
+    if not vpath.exists():              # emitting takes 8-12 s at 64 bits: only when needed
+        t0 = time.monotonic()
+        tmp = src.with_name(f"{src.name}.tmp{os.getpid()}")
+        generate(config, tmp, name="roce_engine", top="engine")
+        shutil.rmtree(src, ignore_errors=True)
+        tmp.rename(src)
+        log(f"emitted {vpath} in {time.monotonic() - t0:.1f} s")
     ports_h = ports_header(_ports(src / "roce_engine_ports.txt"))
     vlt = (src / "roce_engine.vlt").read_text()
     h = hashlib.sha256()

@@ -87,7 +87,53 @@ def check(width, *, messages=40, seed=1, stall=0.0, n_qp=16, log=print):
     errors += counters["tx_frames_aborted"] != aborted
     errors += counters["tx_wrs_refused"] != len(want_status)
     errors += len(rsps) != len(qps)
+    errors += check_rx(eng, log=log)
     eng.close()
+    return errors
+
+
+def _arp_request(target_ip, sender_mac=0x02_00_00_00_00_02, sender_ip=0x0A_00_00_02):
+    eth = proto.ETH.pack({"dst": (1 << 48) - 1, "src": sender_mac,
+                          "ethertype": proto.ETHERTYPE_ARP})
+    arp = proto.ARP.pack({"oper": proto.ArpOper.REQUEST, "sha": sender_mac, "spa": sender_ip,
+                          "tha": 0, "tpa": target_ip})
+    return eth + arp + bytes(18)
+
+
+def check_rx(eng, *, log=print):
+    """Received frames on an idle engine: an ARP request for the engine's IP (-> ARP reply), one
+    for another IP and a frame of another EtherType (-> rx_other), each given an earliest
+    cycle; outputs and RX counters against :class:`roce_hw.model.engine.EngineModel`."""
+    from roce_hw.model.engine import EngineModel
+
+    cfg = eng.config
+    model = EngineModel(cfg.n_qp, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
+                        cm_pmtu=cfg.cm_pmtu, ttl=cfg.ttl)
+    before = eng.counters()
+    other = proto.ETH.pack({"dst": DEFAULT_LOCAL_MAC, "src": 0x02_00_00_00_00_02,
+                            "ethertype": 0x88B5}) + bytes(range(77))
+    start = eng.cycle
+    frames = [(_arp_request(DEFAULT_LOCAL_IP), start + 50), (_arp_request(0x0A_00_00_63), 0),
+              (other, start + 500)]
+    want_tx, want_other = [], []
+    for f, at in frames:
+        eng.push_rx(f, cycle=at)
+        t, o = model.receive(f)
+        want_tx += t
+        want_other += o
+    eng.run(20_000, quiet=300)
+    tx, oth = eng.pop_tx(), eng.pop_rx_other()
+    after = eng.counters()
+    delta = {k: after[f"rx_{k}"] - before[f"rx_{k}"] for k in model.counters["rx"]
+             if f"rx_{k}" in after}
+    want_delta = {k: v for k, v in model.counters["rx"].items() if k in delta}
+    errors = ([f[2] for f in tx] != want_tx) + ([f[2] for f in oth] != want_other)
+    errors += delta != want_delta
+    errors += not (tx and tx[0][0] > start + 50 and oth and oth[-1][0] > start + 500)
+    log(f"        rx: {len(tx)} tx frames (model {len(want_tx)}), {len(oth)} rx_other "
+        f"(model {len(want_other)}), rx counters {'as' if delta == want_delta else 'NOT as'} "
+        f"the model's; first reply beat at +{tx[0][0] - start if tx else '-'} cycles, "
+        f"other frame at +{oth[-1][0] - start if oth else '-'}")
     return errors
 
 
