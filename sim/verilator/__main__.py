@@ -174,7 +174,8 @@ def equivalence(width, *, seed=1, messages=6, n_qp=16, log=print):
         out[name] = {"tx": eng.pop_tx(), "other": eng.pop_rx_other(),
                      "status": [(s["cycle"], s["wr_id"], s["qp"], s["status"]) for s in st]}
         log(f"  {width:>4} bits {name:>9}: {cycles} cycles in {wall:.2f} s "
-            f"({cycles / wall:,.0f} cycles/s{', simulator set-up included' if name == 'amaranth' else ''}), "
+            f"({cycles / wall:,.0f} cycles/s"
+            f"{', simulator set-up included' if name == 'amaranth' else ''}), "
             f"{len(out[name]['tx'])} tx frames")
         if name == "verilator":
             eng.close()

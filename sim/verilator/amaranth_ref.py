@@ -57,9 +57,8 @@ class AmaranthEngine:
         sim = Simulator(t)
         sim.add_clock(1e-8)
         wrs, pls, rxs, mgmt = list(self.wrs), list(self.payloads), list(self.rx), list(self.mgmt)
-        st = {"done": False}
 
-        def put_frame(prefix, data, pos):
+        def put_frame(data, pos):
             k = min(n, len(data) - pos)
             return (int.from_bytes(data[pos:pos + k], "little"), (1 << k) - 1,
                     int(pos + k >= len(data)), k)
@@ -82,14 +81,14 @@ class AmaranthEngine:
                     wr_on = True
                 ctx.set(t.s_wr_valid, wr_on)
                 if not pl_on and pls and not gate:
-                    d, keep, last, _ = put_frame("pl", pls[0], pl_pos)
+                    d, keep, last, _ = put_frame(pls[0], pl_pos)
                     ctx.set(t.s_axis_payload_tdata, d)
                     ctx.set(t.s_axis_payload_tkeep, keep)
                     ctx.set(t.s_axis_payload_tlast, last)
                     pl_on = True
                 ctx.set(t.s_axis_payload_tvalid, pl_on)
                 if not rx_on and rxs and rxs[0][1] <= cycle:
-                    d, keep, last, _ = put_frame("rx", rxs[0][0], rx_pos)
+                    d, keep, last, _ = put_frame(rxs[0][0], rx_pos)
                     ctx.set(t.s_axis_rx_tdata, d)
                     ctx.set(t.s_axis_rx_tkeep, keep)
                     ctx.set(t.s_axis_rx_tlast, last)
@@ -156,7 +155,6 @@ class AmaranthEngine:
                     elif cycle - quiet_since >= quiet:
                         break
             self.cycle = cycle
-            st["done"] = True
 
         sim.add_testbench(tb)
         sim.run()
