@@ -55,7 +55,7 @@ SHARED_DIR = ROOT.parent / "shared"
 
 #: External programs the tests use -> the Debian/Ubuntu package that provides each.
 TOOL_PACKAGES = {"verilator": "verilator", "iverilog": "iverilog", "vvp": "iverilog",
-                 "tshark": "tshark"}
+                 "tshark": "tshark", "g++": "g++", "make": "make"}
 
 #: The ``system`` tier: tests that spend their time outside Python on a heavy job -- boot the
 #: QEMU soft-RoCE guest, synthesise (Yosys) or place and route (nextpnr) a design, build a wheel

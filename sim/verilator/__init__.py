@@ -1,20 +1,17 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Verilator back end for the whole engine (prototype for issue 34).
+"""Verilator back end of :mod:`sim.backend` (issue 34).
 
-``roce_engine.v`` (:func:`roce_hw.generate.generate`, ``top="engine"``) is compiled by Verilator
-together with a small C++ harness (``harness.cpp`` here) into a shared library, cached in
-``build/verilator/<hash>/`` where the hash covers the Verilog, the ``.vlt`` file, the harness,
-the generated port header and the build flags: it is rebuilt only when one of them changes.
+The top (``roce_engine``, :func:`roce_hw.generate.generate` with ``top="engine"``, or
+``roce_tx``, ``top="tx"``) is compiled by Verilator together with a small C++ harness
+(``harness.cpp`` here) into a shared library, cached in ``build/verilator/<hash>/`` (or
+``$RHW_VERILATOR_CACHE``) where the hash covers the Verilog, the ``.vlt`` file, the harness, the
+generated port header, Verilator's version and the build flags: it is rebuilt only when one of
+them changes. The Verilog itself is cached by a hash of ``roce_hw``'s sources and the
+configuration (emitting it takes 8-15 s).
 
 The harness owns the cycle loop and the stream bus-functional models; Python drives it in
-transactions through a plain C API (:mod:`ctypes`), never per cycle::
-
-    eng = VerilatorEngine(EngineConfig(data_width=64, n_qp=16))
-    eng.set_addr(local_mac, local_ip)
-    eng.write_qp(QPSetup(0, ...))
-    eng.post(WorkItem(...))               # the WR and its payload
-    eng.run(100_000, quiet=200)            # until every queue is empty and the bus quiet
-    frames = eng.pop_tx()                  # [(first cycle, last cycle, bytes, tuser)]
+transactions through a plain C API (:mod:`ctypes`), never per cycle. :class:`VerilatorEngine`
+has the methods of :class:`sim.backend.AmaranthEngine` and gives the same results.
 """
 
 import ctypes
@@ -25,26 +22,37 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["HARNESS", "VerilatorMissing", "build", "VerilatorEngine"]
+from sim.backend import STREAMS, TOPS, BackendUnavailable, EngineApi, TxFrame
+
+__all__ = ["HARNESS", "VERILATOR_FLAGS", "VerilatorMissing", "build", "VerilatorEngine",
+           "ports_header", "check_tools"]
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "harness.cpp"
 ROOT = HERE.parent.parent
-BUILD_ROOT = ROOT / "build" / "verilator"
+
+
+def build_root():
+    """Where libraries are cached: ``$RHW_VERILATOR_CACHE`` or ``build/verilator`` in the
+    repository."""
+    env = os.environ.get("RHW_VERILATOR_CACHE")
+    return Path(env) if env else ROOT / "build" / "verilator"
+
 
 #: Verilator options: -O3 Verilator optimisation, --prefix Vtop so the harness does not depend
 #: on the module name. The harness is the "--exe" main file, linked with ``-shared`` into
-#: ``obj_dir/libroce_sim.so`` (everything compiled with -fPIC; without --exe Verilator does not
-#: build libverilated.a). g++ runs at -O2 on the model's hot code (OPT_FAST; Verilator's default
-#: is -Os).
+#: ``obj_dir/libroce_sim.so`` (everything compiled with -fPIC; without --exe Verilator 5.006 does
+#: not build libverilated.a). g++ runs at -O2 on the model's hot code (OPT_FAST; Verilator's
+#: default is -Os).
 VERILATOR_FLAGS = ["--cc", "--exe", "--build", "-O3", "--prefix", "Vtop",
                    "-CFLAGS", "-fPIC -std=c++17 -I..", "-LDFLAGS", "-shared",
                    "-o", "libroce_sim.so",
                    "-MAKEFLAGS", "OPT_FAST=-O2 OPT_SLOW=-O1 OPT_GLOBAL=-O2"]
 
 
-class VerilatorMissing(RuntimeError):
-    """Verilator or a C++ compiler is not installed."""
+class VerilatorMissing(BackendUnavailable):
+    """Verilator or a C++ compiler is not installed (``tool``, ``package`` as
+    :class:`roce_hw.generate.ToolMissing`)."""
 
 
 def _ports(path):
@@ -59,74 +67,114 @@ def _ports(path):
     return out
 
 
+#: The optional streams a top may have, as (flag in ports_gen.h, port that shows it).
+FEATURES = (("RX", "s_axis_rx_tdata"), ("RX_OTHER", "m_axis_rx_other_tdata"),
+            ("RESUME", "s_resume_valid"), ("IP_ID_LOAD", "s_ip_id_load_valid"))
+
+
+def counter_ports(ports):
+    """The counter outputs of a top: every output that is not part of a stream (``s_*``,
+    ``m_*``), as ``[(port name, short name)]`` (``counters_rx_icrc`` -> ``rx_icrc``)."""
+    return [(n, n[len("counters_"):] if n.startswith("counters_") else n)
+            for d, _, n in ports if d == "output" and not n.startswith(("s_", "m_"))]
+
+
 def ports_header(ports):
-    """``ports_gen.h``: X-macro lists of the WR fields, QP context fields and counters of the
-    top, from its port list (every such field is at most 64 bits wide)."""
+    """``ports_gen.h``: X-macro lists of the WR, resume and QP context fields and the counters
+    of the top, from its port list (every such field is at most 64 bits wide), and a
+    ``HAS_<stream>`` flag per optional stream (:data:`FEATURES`)."""
     names = [n for _, _, n in ports]
     widths = {n: w for _, w, n in ports}
-    wr = [n[len("s_wr_"):] for n in names if n.startswith("s_wr_") and n != "s_wr_valid"
-          and n != "s_wr_ready"]
-    ctx = [n[len("s_qp_mgmt_req_ctx_"):] for n in names if n.startswith("s_qp_mgmt_req_ctx_")]
-    counters = [n[len("counters_"):] for n in names if n.startswith("counters_")]
-    for group, prefix in ((wr, "s_wr_"), (ctx, "s_qp_mgmt_req_ctx_"), (counters, "counters_")):
+
+    def fields(prefix):
+        return [n[len(prefix):] for n in names if n.startswith(prefix)
+                and n not in (prefix + "valid", prefix + "ready")]
+    wr, resume, ctx = fields("s_wr_"), fields("s_resume_"), fields("s_qp_mgmt_req_ctx_")
+    counters = counter_ports(ports)
+    for group, prefix in ((wr, "s_wr_"), (resume, "s_resume_"), (ctx, "s_qp_mgmt_req_ctx_"),
+                          ([c for c, _ in counters], "")):
         for n in group:
             if widths[prefix + n] > 64:
                 raise ValueError(f"port {prefix}{n} is wider than 64 bits")
+    features = [f for f, port in FEATURES if port in widths]
     lines = ["// generated by sim/verilator/__init__.py from the port list: do not edit",
              "#pragma once"]
-    for macro, group in (("WR_FIELDS", wr), ("CTX_FIELDS", ctx), ("COUNTERS", counters)):
+    for macro, group in (("WR_FIELDS", wr), ("RESUME_FIELDS", resume), ("CTX_FIELDS", ctx),
+                         ("COUNTERS", [c for c, _ in counters])):
         lines.append(f"#define {macro}(X) " + " ".join(f"X({n})" for n in group))
-    lines += [f"#define N_WR_FIELDS {len(wr)}", f"#define N_CTX_FIELDS {len(ctx)}",
-              f"#define N_COUNTERS {len(counters)}",
+    lines += [f"#define HAS_{f} {int(f in features)}" for f, _ in FEATURES]
+    lines += [f"#define N_WR_FIELDS {len(wr)}", f"#define N_RESUME_FIELDS {len(resume)}",
+              f"#define N_CTX_FIELDS {len(ctx)}", f"#define N_COUNTERS {len(counters)}",
               f'#define WR_FIELD_NAMES "{",".join(wr)}"',
+              f'#define RESUME_FIELD_NAMES "{",".join(resume)}"',
               f'#define CTX_FIELD_NAMES "{",".join(ctx)}"',
-              f'#define COUNTER_NAMES "{",".join(counters)}"']
+              f'#define COUNTER_NAMES "{",".join(s for _, s in counters)}"',
+              f'#define FEATURE_NAMES "{",".join(features)}"']
     return "\n".join(lines) + "\n"
 
 
-def _source_key(config):
+def _source_key(config, top):
     """Name of the folder the Verilog of ``config`` is emitted into: a hash of every source file
-    of ``roce_hw``, the Amaranth version and the configuration. The library's own cache key is
-    the hash of the Verilog itself; this one only saves re-emitting it (8-12 s at 64 bits)."""
+    of ``roce_hw``, the Amaranth version, the top and the configuration. The library's own cache
+    key is the hash of the Verilog itself; this one only saves re-emitting it."""
     import amaranth
 
     import roce_hw
-    h = hashlib.sha256(f"{amaranth.__version__}\0{config!r}\0".encode())
+    h = hashlib.sha256(f"{amaranth.__version__}\0{top}\0{config!r}\0".encode())
     pkg = Path(roce_hw.__file__).parent
     for f in sorted(pkg.rglob("*.py")):
         h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return f"roce_engine_{config.data_width}_{config.n_qp}_{h.hexdigest()[:12]}"
+    return f"{_MODULE[top]}_{config.data_width}_{config.n_qp}_{h.hexdigest()[:12]}"
 
 
-def _tool(name):
-    exe = shutil.which(name)
-    if exe is None:
-        raise VerilatorMissing(f"{name} is not installed (apt-get install verilator g++)")
-    return exe
+_MODULE = {"engine": "roce_engine", "tx": "roce_tx"}
 
 
-def build(config, *, log=None, jobs=None):
-    """Emit ``roce_engine.v`` for ``config`` and compile it with the harness; returns the path
-    of the shared library (cached: a second call with the same Verilog only hashes).
+def check_tools():
+    """``(verilator, c++ compiler)`` paths; :class:`VerilatorMissing` names what to install."""
+    verilator = shutil.which("verilator")
+    if verilator is None:
+        raise VerilatorMissing("verilator", "verilator", " (needed by the Verilator back end)")
+    cxx = os.environ.get("CXX", "g++")
+    path = shutil.which(cxx)
+    if path is None:
+        raise VerilatorMissing(cxx, "g++" if cxx == "g++" else cxx,
+                               " (the C++ compiler Verilator builds with)")
+    make = shutil.which("make")
+    if make is None:
+        raise VerilatorMissing("make", "make", " (Verilator's build runs make)")
+    return verilator, path
+
+
+def build(config, *, top="engine", log=None, jobs=None):
+    """Emit the ``top`` (:data:`sim.backend.TOPS`) of ``config`` and compile it with the
+    harness; returns the path of the shared library (cached: a second call with the same
+    Verilog only hashes).
 
     ``jobs`` is make's ``-j`` (default ``$RHW_VERILATOR_JOBS`` or 1: the machine is shared)."""
     from roce_hw.generate import generate
 
+    if top not in TOPS:
+        raise ValueError(f"top must be one of {', '.join(TOPS)}, not {top!r}")
     log = log or (lambda *a: None)
-    verilator = _tool("verilator")
-    _tool(os.environ.get("CXX", "g++"))
+    verilator, _ = check_tools()
     jobs = int(jobs or os.environ.get("RHW_VERILATOR_JOBS", "1"))
-    src = BUILD_ROOT / "src" / _source_key(config)
-    vpath = src / "roce_engine.v"
-    if not vpath.exists():              # emitting takes 8-12 s at 64 bits: only when needed
+    name = _MODULE[top]
+    root = build_root()
+    src = root / "src" / _source_key(config, top)
+    vpath = src / f"{name}.v"
+    if not vpath.exists():              # emitting takes 8-15 s: only when the sources changed
         t0 = time.monotonic()
         tmp = src.with_name(f"{src.name}.tmp{os.getpid()}")
-        generate(config, tmp, name="roce_engine", top="engine")
+        generate(config, tmp, name=name, top=top)
         shutil.rmtree(src, ignore_errors=True)
-        tmp.rename(src)
+        try:
+            tmp.rename(src)
+        except OSError:                 # emitted meanwhile by another process
+            shutil.rmtree(tmp, ignore_errors=True)
         log(f"emitted {vpath} in {time.monotonic() - t0:.1f} s")
-    ports_h = ports_header(_ports(src / "roce_engine_ports.txt"))
-    vlt = (src / "roce_engine.vlt").read_text()
+    ports_h = ports_header(_ports(src / f"{name}_ports.txt"))
+    vlt = (src / f"{name}.vlt").read_text()
     h = hashlib.sha256()
     version = subprocess.run([verilator, "--version"], capture_output=True, text=True).stdout
     for part in (vpath.read_text(), vlt, HARNESS.read_text(), ports_h, version,
@@ -134,22 +182,23 @@ def build(config, *, log=None, jobs=None):
         h.update(part.encode())
         h.update(b"\0")
     key = h.hexdigest()[:16]
-    out = BUILD_ROOT / key
+    out = root / key
     lib = out / "libroce_sim.so"
     if lib.exists():
         log(f"cached: {lib}")
         return lib
-    tmp = BUILD_ROOT / f"{key}.tmp{os.getpid()}"
+    tmp = root / f"{key}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for f in ("roce_engine.v", "roce_engine.vlt", "roce_engine_ports.txt"):
+    for f in (f"{name}.v", f"{name}.vlt", f"{name}_ports.txt"):
         shutil.copy(src / f, tmp / f)
     (tmp / "ports_gen.h").write_text(ports_h)
     shutil.copy(HARNESS, tmp / "harness.cpp")
     t1 = time.monotonic()
-    log(f"verilating into {out} (make -j {jobs}; 1-4 minutes) ...")
-    cmd = [verilator, *VERILATOR_FLAGS, "-j", str(jobs), "--top-module", "roce_engine",
-           "roce_engine.v", "roce_engine.vlt", "harness.cpp"]
+    log(f"verilating {name} ({config.data_width} bits, {config.n_qp} QPs) into {out} "
+        f"(make -j {jobs}; 1-3 minutes) ...")
+    cmd = [verilator, *VERILATOR_FLAGS, "-j", str(jobs), "--top-module", name,
+           f"{name}.v", f"{name}.vlt", "harness.cpp"]
     res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"verilator failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")
@@ -165,68 +214,70 @@ def build(config, *, log=None, jobs=None):
 
 
 _U64P = ctypes.POINTER(ctypes.c_uint64)
+_P = ctypes.c_void_p
+_SIGNATURES = {
+    "rh_n_fields": (ctypes.c_int, [ctypes.c_int]),
+    "rh_names": (ctypes.c_char_p, [ctypes.c_int]),
+    "rh_create": (_P, [ctypes.c_uint64, ctypes.c_int]),
+    "rh_destroy": (None, [_P]),
+    "rh_lanes": (ctypes.c_int, [_P]),
+    "rh_cycle": (ctypes.c_uint64, [_P]),
+    "rh_set_addr": (None, [_P, ctypes.c_uint64, ctypes.c_uint32]),
+    "rh_set_random": (None, [_P, _U64P]),
+    "rh_set_wr_waits_mgmt": (None, [_P, ctypes.c_int]),
+    "rh_set_snapshot_period": (None, [_P, ctypes.c_uint64]),
+    "rh_push_wr": (None, [_P, _U64P]),
+    "rh_push_resume": (None, [_P, _U64P]),
+    "rh_push_payload": (None, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "rh_push_ip_id": (None, [_P, ctypes.c_uint64]),
+    "rh_push_rx": (None, [_P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64,
+                          ctypes.c_int]),
+    "rh_push_mgmt": (None, [_P, ctypes.c_uint64, ctypes.c_int, _U64P]),
+    "rh_run": (ctypes.c_uint64, [_P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]),
+    "rh_count": (ctypes.c_uint64, [_P, ctypes.c_int]),
+    "rh_frame_len": (ctypes.c_int64, [_P, ctypes.c_int]),
+    "rh_frame_pop": (ctypes.c_int64, [_P, ctypes.c_int, ctypes.c_char_p, _U64P]),
+    "rh_status_pop": (ctypes.c_int, [_P, _U64P]),
+    "rh_mgmt_rsp_pop": (ctypes.c_int, [_P, _U64P]),
+    "rh_wr_accept_pop": (ctypes.c_int, [_P, _U64P]),
+    "rh_counters": (None, [_P, _U64P]),
+    "rh_snapshot_pop": (ctypes.c_int, [_P, _U64P]),
+    "rh_bare_busy": (ctypes.c_uint64, [_P, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32]),
+}
 
 
 def _load(lib_path):
     lib = ctypes.CDLL(str(lib_path))
-    sig = {
-        "rh_create": (ctypes.c_void_p, [ctypes.c_uint64, ctypes.c_int]),
-        "rh_destroy": (None, [ctypes.c_void_p]),
-        "rh_lanes": (ctypes.c_int, [ctypes.c_void_p]),
-        "rh_cycle": (ctypes.c_uint64, [ctypes.c_void_p]),
-        "rh_set_addr": (None, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32]),
-        "rh_set_random": (None, [ctypes.c_void_p] + [ctypes.c_double] * 6),
-        "rh_set_wr_waits_mgmt": (None, [ctypes.c_void_p, ctypes.c_int]),
-        "rh_push_wr": (None, [ctypes.c_void_p, _U64P]),
-        "rh_push_payload": (None, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
-        "rh_push_rx": (None, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                              ctypes.c_uint64, ctypes.c_int]),
-        "rh_push_mgmt": (None, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, _U64P]),
-        "rh_run": (ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
-                                     ctypes.c_uint64]),
-        "rh_count": (ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int]),
-        "rh_frame_len": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int]),
-        "rh_frame_pop": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
-                                          _U64P]),
-        "rh_status_pop": (ctypes.c_int, [ctypes.c_void_p, _U64P]),
-        "rh_mgmt_rsp_pop": (ctypes.c_int, [ctypes.c_void_p, _U64P]),
-        "rh_counters": (None, [ctypes.c_void_p, _U64P]),
-        "rh_bare_busy": (ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
-                                           ctypes.c_uint32]),
-    }
-    for name, (res, args) in sig.items():
+    for name, (res, args) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
-    for name in ("rh_wr_field_names", "rh_ctx_field_names", "rh_counter_names"):
-        getattr(lib, name).restype = ctypes.c_char_p
     return lib
 
 
-#: Queue indices of ``rh_count`` (see harness.cpp).
+#: Indices of ``rh_count`` (see harness.cpp).
 _COUNT = {"tx": 0, "status": 1, "mgmt_rsp": 2, "rx_other": 3, "wr_pending": 4,
           "payload_pending": 5, "rx_pending": 6, "mgmt_pending": 7, "wrs_accepted": 8,
-          "tx_frames_total": 9, "tx_beats_total": 10}
+          "tx_frames_total": 9, "tx_beats_total": 10, "resume_pending": 11,
+          "resumes_accepted": 12, "tx_ready_cycles": 13, "snapshots": 14, "wr_accepts": 15,
+          "ip_id_pending": 16, "mgmt_outstanding": 17}
 
 
-class VerilatorEngine:
-    """The whole engine (``roce_engine.v``) compiled by Verilator, driven in transactions.
+class VerilatorEngine(EngineApi):
+    """A top compiled by Verilator, driven in transactions: the methods of
+    :class:`sim.backend.AmaranthEngine`, plus :meth:`bare_busy` (the harness-overhead
+    reference)."""
 
-    Inputs are queued (:meth:`push_wr`, :meth:`push_payload`, :meth:`post`, :meth:`push_rx`,
-    :meth:`write_qp`) and fed by the harness's bus-functional models while :meth:`run` runs;
-    outputs are queued with their cycles (:meth:`pop_tx`, :meth:`pop_status`, ...). ``seed``
-    drives the random idle/stall of :meth:`set_random`. Management requests go one at a time
-    (the next after the previous response) and, by default, WRs and payload wait until no
-    management request is pending (as :func:`sim.bfm.set_up` then posting does)."""
+    backend = "verilator"
 
-    def __init__(self, config, *, seed=0, reset_cycles=2, log=None):
+    def __init__(self, config, *, top="engine", seed=0, reset_cycles=2, log=None):
         self._h = None
-        self.config = config
-        self.lib_path = build(config, log=log)
-        self._lib = _load(self.lib_path)
-        L = self._lib
-        self.wr_fields = L.rh_wr_field_names().decode().split(",")
-        self.ctx_fields = L.rh_ctx_field_names().decode().split(",")
-        self.counter_names = L.rh_counter_names().decode().split(",")
+        self.config, self.top_name = config, top
+        self.lib_path = build(config, top=top, log=log)
+        self._lib = L = _load(self.lib_path)
+        names = [L.rh_names(i).decode() for i in range(5)]
+        self.wr_fields, self.ctx_fields, self.counter_names, self.resume_fields = \
+            (n.split(",") if n else [] for n in names[:4])
+        self.features = set(names[4].split(",")) - {""}
         self._h = L.rh_create(seed, reset_cycles)
         self.lanes = L.rh_lanes(self._h)
 
@@ -253,50 +304,50 @@ class VerilatorEngine:
         from sim.bfm import parse_ip, parse_mac
         self._lib.rh_set_addr(self._h, parse_mac(local_mac), parse_ip(local_ip))
 
-    def set_random(self, *, wr_idle=0.0, payload_idle=0.0, rx_idle=0.0, tx_stall=0.0,
-                   status_stall=0.0, other_stall=0.0):
-        """Probabilities of an idle cycle before each transfer of a producer, and of ``ready``
-        low on each cycle of a consumer."""
-        self._lib.rh_set_random(self._h, wr_idle, payload_idle, rx_idle, tx_stall,
-                                status_stall, other_stall)
+    def _set_thresholds(self, values):
+        self._lib.rh_set_random(self._h, (ctypes.c_uint64 * len(STREAMS))(*values))
+
+    def set_wr_waits_mgmt(self, on):
+        self._lib.rh_set_wr_waits_mgmt(self._h, int(bool(on)))
+
+    def snapshot_every(self, period):
+        self._lib.rh_set_snapshot_period(self._h, int(period))
 
     def push_wr(self, fields):
-        """Queue one WR: a ``dict`` of ``s_wr`` fields (:func:`sim.bfm.wr_fields`)."""
         arr = (ctypes.c_uint64 * len(self.wr_fields))(*(int(fields.get(n, 0))
                                                         for n in self.wr_fields))
         self._lib.rh_push_wr(self._h, arr)
 
-    def push_payload(self, data):
-        """Queue one payload packet (``s_axis_payload``); empty payloads are not sent."""
-        self._lib.rh_push_payload(self._h, bytes(data), len(data))
+    def push_resume(self, fields):
+        if "RESUME" not in self.features:
+            raise ValueError("this top has no resume port")
+        arr = (ctypes.c_uint64 * len(self.resume_fields))(*(int(fields.get(n, 0))
+                                                            for n in self.resume_fields))
+        self._lib.rh_push_resume(self._h, arr)
 
-    def post(self, w, *, wr_id=None):
-        """Queue a :class:`sim.bfm.WorkItem`: its WR and its payload."""
-        from sim.bfm import wr_fields
-        self.push_wr(wr_fields(w, wr_id=wr_id))
-        if w.payload:
-            self.push_payload(w.payload)
+    def push_payload(self, data):
+        if data:
+            self._lib.rh_push_payload(self._h, bytes(data), len(data))
+
+    def push_ip_id(self, value):
+        if "IP_ID_LOAD" not in self.features:
+            raise ValueError("this top has no ip_id_load port")
+        self._lib.rh_push_ip_id(self._h, int(value))
 
     def push_rx(self, frame, *, cycle=0, tuser=0):
-        """Queue a received frame (``s_axis_rx``), to enter no earlier than ``cycle``."""
-        self._lib.rh_push_rx(self._h, bytes(frame), len(frame), cycle, tuser)
+        if "RX" not in self.features:
+            raise ValueError("this top has no receive port (use top='engine')")
+        self._lib.rh_push_rx(self._h, bytes(frame), len(frame), int(cycle), int(tuser))
 
     def push_mgmt(self, qp, write, ctx=None):
         arr = (ctypes.c_uint64 * len(self.ctx_fields))(*(int((ctx or {}).get(n, 0))
                                                          for n in self.ctx_fields))
-        self._lib.rh_push_mgmt(self._h, qp, int(write), arr)
-
-    def write_qp(self, q):
-        """Queue the management write of a :class:`sim.bfm.QPSetup`."""
-        from sim.bfm import qp_context
-        self.push_mgmt(q.index, 1, qp_context(q))
+        self._lib.rh_push_mgmt(self._h, int(qp), int(write), arr)
 
     # -- running -------------------------------------------------------------------------------
     def run(self, max_cycles, *, until_tx=0, quiet=0):
-        """Run at most ``max_cycles`` cycles; stop early once ``until_tx`` frames are queued on
-        the tx output, or (``quiet``) once every input queue is empty and ``m_axis_tx`` has been
-        silent for ``quiet`` cycles. Returns the cycles run."""
-        return self._lib.rh_run(self._h, max_cycles, until_tx, quiet)
+        """As :meth:`sim.backend.AmaranthEngine.run`."""
+        return self._lib.rh_run(self._h, int(max_cycles), int(until_tx), int(quiet))
 
     def count(self, what):
         return self._lib.rh_count(self._h, _COUNT[what])
@@ -304,20 +355,22 @@ class VerilatorEngine:
     # -- outputs -------------------------------------------------------------------------------
     def _pop_frames(self, which):
         out = []
-        meta = (ctypes.c_uint64 * 3)()
+        meta = (ctypes.c_uint64 * 7)()
         while True:
             n = self._lib.rh_frame_len(self._h, which)
             if n < 0:
                 return out
             buf = ctypes.create_string_buffer(max(n, 1))
             self._lib.rh_frame_pop(self._h, which, buf, meta)
-            out.append((meta[0], meta[1], buf.raw[:n], int(meta[2])))
+            out.append(TxFrame(meta[0], meta[1], buf.raw[:n], int(meta[2]), meta[3], meta[4],
+                               meta[5], int(meta[6])))
 
     def pop_tx(self):
-        """Frames sent on ``m_axis_tx``: ``[(first cycle, last cycle, bytes, tuser)]``."""
+        """Frames sent on ``m_axis_tx``: ``[TxFrame]``."""
         return self._pop_frames(0)
 
     def pop_rx_other(self):
+        """Frames sent on ``m_axis_rx_other``: ``[TxFrame]``."""
         return self._pop_frames(3)
 
     def pop_status(self):
@@ -328,6 +381,7 @@ class VerilatorEngine:
         return out
 
     def pop_mgmt_rsp(self):
+        """``[{"cycle", "qp", "write", "error", "ctx": {field: value}}]``."""
         out, n = [], 4 + len(self.ctx_fields)
         arr = (ctypes.c_uint64 * n)()
         while self._lib.rh_mgmt_rsp_pop(self._h, arr):
@@ -335,10 +389,24 @@ class VerilatorEngine:
                         "ctx": dict(zip(self.ctx_fields, arr[4:]))})
         return out
 
+    def pop_wr_accepts(self):
+        """Cycles in which WRs were accepted, oldest first."""
+        out, arr = [], (ctypes.c_uint64 * 1)()
+        while self._lib.rh_wr_accept_pop(self._h, arr):
+            out.append(arr[0])
+        return out
+
+    def _pop_snapshot(self):
+        arr = (ctypes.c_uint64 * (1 + len(self.counter_names)))()
+        if not self._lib.rh_snapshot_pop(self._h, arr):
+            return None
+        return {"cycle": arr[0], **dict(zip(self.counter_names, arr[1:]))}
+
     def counters(self):
+        """Every counter's value after the last cycle run, and ``"cycle"``."""
         arr = (ctypes.c_uint64 * len(self.counter_names))()
         self._lib.rh_counters(self._h, arr)
-        return dict(zip(self.counter_names, arr))
+        return {"cycle": self.cycle, **dict(zip(self.counter_names, arr))}
 
     def bare_busy(self, cycles, length=1500, qp=0):
         """A plain C++ loop (no BFM bookkeeping) feeding ``length``-byte WRITEs on ``qp`` for

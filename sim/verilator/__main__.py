@@ -10,8 +10,8 @@ uses it), every status report (refused WRs: a QP not set up, a length mismatch) 
 and refusal counters. Then time the engine kept busy
 with 1500-byte WRITEs back to back (as :mod:`bench.simspeed` does) through the harness, and the
 same traffic through a plain C++ loop over the same model (the harness overhead). Exit 1 on a
-mismatch. ``--equiv`` also runs a short stimulus through Amaranth's simulator on the same flat
-top (:mod:`sim.verilator.amaranth_ref`) and compares frames, status reports and their cycles.
+mismatch. ``--equiv`` also runs a seeded stimulus (:mod:`sim.equiv`) through both back ends
+(whole engine and TX top) and compares every output, cycles included.
 """
 
 import argparse
@@ -138,63 +138,29 @@ def check_rx(eng, *, log=print):
     return errors
 
 
-def equivalence(width, *, seed=1, messages=6, n_qp=16, log=print):
-    """The same stimulus (no random idle/stall) through both back ends: identical tx and
-    rx_other frames (bytes, tuser, first and last cycle) and status reports (with cycles)?
-    Returns the number of differences."""
-    import random
-
-    from sim.verilator import VerilatorEngine
-    from sim.verilator.amaranth_ref import AmaranthEngine
+def equivalence(width, *, seed=1, top="engine", stall=0.2, messages=24, n_qp=16, log=print):
+    """One seeded stimulus (:mod:`sim.equiv`: WR mixes, refusals, length mismatches, resumes,
+    received frames, management, random idle/stall) through both back ends; returns the number
+    of differences in their outputs (frames, status reports, responses, counters, cycles)."""
+    from sim.backend import open_engine
+    from sim.equiv import compare, drive, stimulus
 
     config = EngineConfig(data_width=width, n_qp=n_qp)
-    qps, wrs = random_workload(n_qps=2, messages=messages, ops=["write", "write_imm", "send"],
-                               min_size=0, max_size=2500, pmtu=1024, seed=seed)
-    wrs.insert(2, WorkItem(qp=9, opcode=proto.WrOpcode.RDMA_WRITE, payload=bytes(100),
-                           wr_id=2000))
-    wrs.insert(4, WorkItem(qp=0, opcode=proto.WrOpcode.RDMA_WRITE, payload=bytes(300),
-                           length=301, wr_id=2001))
-    rng = random.Random(seed)
-    rx = [(_arp_request(DEFAULT_LOCAL_IP), rng.randrange(100, 400)),
-          (_arp_request(0x0A_00_00_63), rng.randrange(400, 800))]
+    stim = stimulus(config, seed, top=top, stall=stall, messages=messages)
     out = {}
-    for name, cls in (("verilator", VerilatorEngine), ("amaranth", AmaranthEngine)):
-        eng = cls(config)
-        eng.set_addr(DEFAULT_LOCAL_MAC, DEFAULT_LOCAL_IP)
-        for q in qps:
-            eng.write_qp(q)
-        for w in wrs:
-            eng.post(w)
-        for f, at in rx:
-            eng.push_rx(f, cycle=at)
+    for backend in ("verilator", "amaranth"):
+        eng = open_engine(config, backend=backend, top=top, seed=seed, log=log)
         t0 = time.monotonic()
-        cycles = eng.run(200_000, quiet=200)
+        out[backend] = drive(eng, stim)
         wall = time.monotonic() - t0
-        st = eng.pop_status() if name == "verilator" else eng.statuses
-        out[name] = {"tx": eng.pop_tx(), "other": eng.pop_rx_other(),
-                     "status": [(s["cycle"], s["wr_id"], s["qp"], s["status"]) for s in st]}
-        log(f"  {width:>4} bits {name:>9}: {cycles} cycles in {wall:.2f} s "
-            f"({cycles / wall:,.0f} cycles/s"
-            f"{', simulator set-up included' if name == 'amaranth' else ''}), "
-            f"{len(out[name]['tx'])} tx frames")
-        if name == "verilator":
-            eng.close()
-    v, a = out["verilator"], out["amaranth"]
-    diffs = 0
-    for key in ("tx", "other", "status"):
-        n = sum(x != y for x, y in zip(v[key], a[key])) + abs(len(v[key]) - len(a[key]))
-        diffs += n
-        if n:
-            first = next((i for i, (x, y) in enumerate(zip(v[key], a[key])) if x != y), None)
-            if first is not None:
-                x, y = v[key][first], a[key][first]
-                log(f"    {key}: {n} differ; first at #{first}: verilator cycles "
-                    f"{x[:2]}, amaranth {y[:2]}, same bytes: {x[2:] == y[2:]}")
-            else:
-                log(f"    {key}: counts differ: {len(v[key])} against {len(a[key])}")
-    log(f"  {width:>4} bits: {'identical' if not diffs else f'{diffs} differences'} "
-        f"({len(v['tx'])} tx frames, {len(v['other'])} rx_other, {len(v['status'])} statuses)")
-    return diffs
+        eng.close()
+        log(f"  {width:>4} bits {top:>6} {backend:>9}: {out[backend]['cycle']} cycles in "
+            f"{wall:.2f} s, {len(out[backend]['tx'])} tx frames")
+    diffs = compare(out["verilator"], out["amaranth"])
+    for d in diffs:
+        log(f"    {d}")
+    log(f"  {width:>4} bits {top:>6}: {'identical' if not diffs else f'{len(diffs)} differences'}")
+    return len(diffs)
 
 
 def speed(width, *, cycles, n_qp=16, payload=1500, log=print):
@@ -255,7 +221,8 @@ def main(argv=None):
             print(f"  (build/load + check {time.monotonic() - t0:.1f} s)")
         if args.equiv:
             for w in args.width:
-                errors += equivalence(w, seed=args.seed)
+                for top in ("engine", "tx"):
+                    errors += equivalence(w, seed=args.seed, top=top)
         if not args.no_speed:
             print(f"{'W':>5} {'cycles':>8} {'harness c/s':>12} {'busy':>6} {'bare C++ c/s':>13} "
                   f"{'busy':>6} {'bare/harness':>12}")
