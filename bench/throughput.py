@@ -23,6 +23,7 @@ import time
 
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
+from sim.backend import BACKENDS, BackendUnavailable
 from sim.traffic import CLOCK_MHZ   # re-exported: the clock assumed per width for Gb/s
 
 __all__ = ["CLOCK_MHZ", "measure", "main"]
@@ -47,13 +48,13 @@ def _workload(kind, width):
     raise ValueError(kind)
 
 
-def measure(width, kind):
-    """Simulate one workload; returns a dict of figures."""
+def measure(width, kind, backend="amaranth"):
+    """Simulate one workload on ``backend``; returns a dict of figures."""
     from sim.traffic import count_mismatches, expected_frames, run_traffic
     config = EngineConfig(data_width=width, n_qp=16)
     qps, wrs = _workload(kind, width)
     t0 = time.monotonic()
-    res = run_traffic(config, qps, wrs)
+    res = run_traffic(config, qps, wrs, backend=backend)
     wall = time.monotonic() - t0
     expect = expected_frames(config, qps, wrs)
     got = res.good_frames
@@ -66,11 +67,11 @@ def measure(width, kind):
     goodput = payload / res.span_cycles if res.span_cycles else 0.0
     out = {
         "width": width, "workload": kind, "messages": len(wrs), "frames": len(got),
-        "latency_cycles": res.beat_cycles[0] - res.wr_cycles[0] if res.beat_cycles else None,
+        "latency_cycles": res.latency,
         "utilisation": res.utilisation, "goodput_bytes_per_cycle": goodput,
         "goodput_gbps": goodput * 8 * CLOCK_MHZ[width] / 1000,
         "extra_beats": over, "model_mismatches": mismatches,
-        "framing_errors": len(res.framing_errors), "sim_seconds": wall,
+        "framing_errors": len(res.framing_errors), "sim_seconds": wall, "backend": backend,
     }
     return out
 
@@ -80,6 +81,8 @@ def main(argv=None):
     ap.add_argument("--width", type=int, action="append",
                     help=f"width(s) to measure (default all: {', '.join(map(str, DATA_WIDTHS))})")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--backend", choices=BACKENDS, default="amaranth",
+                    help="simulator (sim.backend); the figures are the same on both")
     args = ap.parse_args(argv)
     widths = args.width or list(DATA_WIDTHS)
     for w in widths:
@@ -92,9 +95,13 @@ def main(argv=None):
           f"{'64K util':>9} {'64K B/cyc':>9} {'64K Gb/s':>9} {'clock':>7} {'extra beats':>11}")
     for w in widths:
         print(f"  simulating {w}-bit ...", file=sys.stderr, flush=True)
-        lat = measure(w, "latency")
-        small = measure(w, "64b")
-        big = measure(w, "64k")
+        try:
+            lat = measure(w, "latency", args.backend)
+            small = measure(w, "64b", args.backend)
+            big = measure(w, "64k", args.backend)
+        except BackendUnavailable as e:
+            print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
+            return 2
         bad += sum(r["model_mismatches"] + r["framing_errors"] for r in (lat, small, big))
         rows += [lat, small, big]
         print(f"{w:>5} {str(lat['latency_cycles']):>8} {small['utilisation']:>9.4f} "

@@ -85,11 +85,15 @@ class Splitmix64:
         self.state = _mix64((seed + _mix64(index + 1)) & _MASK)
         self.threshold = 0
 
+    def next(self):
+        """The next 64-bit output of splitmix64."""
+        self.state = (self.state + 0x9E3779B97F4A7C15) & _MASK
+        return _mix64(self.state)
+
     def draw(self):
         if not self.threshold:
             return False
-        self.state = (self.state + 0x9E3779B97F4A7C15) & _MASK
-        return (_mix64(self.state) >> 32) < self.threshold
+        return (self.next() >> 32) < self.threshold
 
 
 def threshold(p):
@@ -215,6 +219,7 @@ class AmaranthEngine(EngineApi):
         self._sim.add_clock(1e-8)
         self._sim.add_testbench(self._bench)
         del reset_cycles     # the design starts in its reset state: cycle 0 is the same
+        self.run(0)          # start the testbench (it holds before cycle 0)
 
     def close(self):
         self._sim = None
@@ -273,7 +278,8 @@ class AmaranthEngine(EngineApi):
     def run(self, max_cycles, *, until_tx=0, quiet=0):
         """Run at most ``max_cycles`` cycles; stop before a cycle once ``until_tx`` frames are
         queued on the tx output, or (``quiet``) once every input queue has been empty and
-        ``m_axis_tx`` silent for ``quiet`` cycles. Returns the cycles run."""
+        ``m_axis_tx`` silent for ``quiet`` cycles (counted across calls: slicing a run changes
+        nothing). Returns the cycles run."""
         start = self.cycle
         self._stop = (start + int(max_cycles), int(until_tx), int(quiet))
         self._paused = False
@@ -308,7 +314,6 @@ class AmaranthEngine(EngineApi):
                                       zip(self.counter_names, cnt_ports)}
                 self._paused = True
                 await ctx.delay(1e-15)      # hold here, without a clock edge, until run()
-                quiet_since = self.cycle    # each run() counts quiet cycles afresh
                 continue
             if self._addr_dirty:
                 ctx.set(t.local_mac, self._addr[0])

@@ -19,8 +19,10 @@ A scenario file gives the engine's addresses, the QP contexts and an explicit WR
                "solicited": false, "payload_hex": "00010203"}]
     }
 
-The engine is simulated natively in Amaranth. A random run's WRs and payloads are a pure function of
-``--seed``. Every frame the engine transmits is checked against the golden model
+The TX engine top (``roce_tx``) is simulated by Amaranth (``--backend amaranth``, the default) or,
+compiled by Verilator, by ``--backend verilator`` (:mod:`sim.backend`): both give the same frames
+in the same cycles, so the same pcap. A random run's WRs, payloads and idle/stall patterns are a
+pure function of ``--seed``. Every frame the engine transmits is checked against the golden model
 (:mod:`roce_hw.model`); the JSON has one record per message and the totals: frames, payload bytes,
 cycles, cycles with a beat on the bus, bus utilisation and goodput in bytes per cycle.
 """
@@ -36,9 +38,11 @@ from pathlib import Path
 
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, MAX_N_QP, EngineConfig
+from sim.backend import BACKENDS
 from sim.bfm import QPSetup, WorkItem, parse_ip, parse_mac, qp_context
 
 __all__ = ["CLOCK_MHZ", "QPSetup", "qp_context", "WorkItem", "TrafficResult", "run_traffic",
+           "LoopResult", "run_closed_loop", "peer_for",
            "random_workload", "load_scenario", "expected_frames", "count_mismatches", "summary", "main"]
 
 OPS = {
@@ -69,12 +73,14 @@ class TrafficResult:
     frames: list = field(default_factory=list)     #: (first cycle, last cycle, bytes, aborted, beats)
     statuses: list = field(default_factory=list)   #: dicts: wr_id, qp, status
     wr_cycles: list = field(default_factory=list)  #: cycle each WR was accepted
-    beat_cycles: list = field(default_factory=list)  #: cycle of every beat transferred on `o`
     cycles: int = 0                                #: cycles from the first WR accepted to the last beat
     busy_cycles: int = 0                           #: cycles with a beat transferred on `o`
     ready_cycles: int = 0                          #: cycles `o.ready` was high, first..last beat
     span_cycles: int = 0                           #: cycles from the first to the last beat
-    framing_errors: list = field(default_factory=list)  #: beats breaking roce_hw.lib.stream rules
+    framing_errors: list = field(default_factory=list)  #: beats breaking the AXI-Stream rules
+    sim_cycles: int = 0                            #: cycles simulated in all (set-up included)
+    sim_seconds: float = 0.0                       #: wall time of the simulation proper
+    backend: str = "amaranth"
 
     @property
     def good_frames(self):
@@ -84,30 +90,38 @@ class TrafficResult:
     def utilisation(self):
         return self.busy_cycles / self.ready_cycles if self.ready_cycles else 0.0
 
+    @property
+    def latency(self):
+        """Cycles from the first WR accepted to the first beat out, or None."""
+        return self.frames[0][0] - self.wr_cycles[0] if self.frames and self.wr_cycles else None
+
+
+#: Cycles per :meth:`run` slice of each back end (how often progress is reported and outputs
+#: collected; the results do not depend on it).
+SLICE_CYCLES = {"amaranth": PROGRESS_CYCLES, "verilator": 1 << 16}
+
 
 def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                 seed=0, p_wr_idle=0.0, p_payload_idle=0.0, p_stall=0.0,
-                max_cycles=None, wr_gap=0, progress=None):
-    """Simulate a :class:`~roce_hw.engine.TxEngine` built from ``config``.
+                max_cycles=None, progress=None, backend="amaranth", log=None):
+    """Simulate the TX engine top (:class:`~roce_hw.top.TxTop`, module ``roce_tx``) built from
+    ``config`` on ``backend`` (:data:`sim.backend.BACKENDS`).
 
-    The QPs are written through the management port first; then the WRs are posted (each
-    ``wr_gap`` cycles apart at the earliest) while the payload producer and the frame consumer run
-    with the given idle/stall probabilities. Returns a :class:`TrafficResult`.
+    The QPs are written through the management port first; then the WRs are posted while the
+    payload producer and the frame consumer run with the given idle/stall probabilities (one
+    seeded generator per stream, :mod:`sim.backend`). Both back ends give the same result,
+    cycle for cycle. Returns a :class:`TrafficResult`; raises ``TimeoutError`` if the engine
+    stops moving before everything is out.
 
-    ``progress``, if given, is called every :data:`PROGRESS_CYCLES` simulated cycles as
+    ``progress``, if given, is called every slice of simulated cycles (:data:`SLICE_CYCLES`) as
     ``progress(cycles, wrs_accepted, frames_sent)`` (e.g. :meth:`sim.harness.Progress.update`).
     """
-    from roce_hw.engine import TxEngine
-    from sim.bfm import post_wr, set_up
-    from sim.harness import run_simulation
-    from sim.stream import framing_error, send_packet
+    import time
 
-    dut = TxEngine(config)
+    from sim.backend import framing_errors, open_engine
+
     width = config.data_width
     nbytes = width // 8
-    rng = random.Random(seed)
-    rng_wr, rng_pl, rng_o = (random.Random(rng.getrandbits(64)) for _ in range(3))
-    res = TrafficResult()
     if max_cycles is None:
         # Generous: four times the beats the frames need, plus set-up and the quiet tail.
         n_frames = sum(max(1, -(-len(w.payload) // _pmtu_of(qps, w.qp))) for w in wrs)
@@ -115,82 +129,132 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
         max_cycles = 2000 + 4 * (total_bytes // nbytes + n_frames * (80 // nbytes + 4))
         if p_wr_idle or p_payload_idle or p_stall:
             max_cycles *= 4
-    state = {"setup_done": False, "cycle": 0, "wrs_done": False, "payload_done": False}
-    raw_frames, ready_at_beat = [], []
+    eng = open_engine(config, backend=backend, top="tx", seed=seed, log=log)
+    eng.set_addr(local_mac, local_ip)
+    eng.set_random(wr=p_wr_idle, payload=p_payload_idle, tx=p_stall)
+    for q in qps:
+        eng.write_qp(q)
+    for n, w in enumerate(wrs):
+        eng.post(w, wr_id=w.wr_id or n)
+    res = TrafficResult(backend=backend)
+    frames = []
+    chunk = SLICE_CYCLES[backend]
+    t0 = time.monotonic()
+    while True:
+        ran = eng.run(min(chunk, max_cycles - eng.cycle), quiet=QUIET_CYCLES)
+        frames += eng.pop_tx()
+        res.statuses += [{k: int(s[k]) for k in ("wr_id", "qp", "status")}
+                         for s in eng.pop_status()]
+        res.wr_cycles += eng.pop_wr_accepts()
+        if progress is not None:
+            progress(eng.cycle, len(res.wr_cycles), len(frames))
+        if ran < chunk and eng.cycle < max_cycles:
+            break                                       # quiet: everything is out
+        if eng.cycle >= max_cycles:
+            eng.close()
+            raise TimeoutError(f"the engine did not finish within {max_cycles} cycles: "
+                               f"{len(res.wr_cycles)}/{len(wrs)} WRs accepted, "
+                               f"{len(frames)} frames out")
+    res.sim_seconds = time.monotonic() - t0
+    res.sim_cycles = eng.cycle
+    eng.close()
+    for k, f in enumerate(frames):
+        res.frames.append((f.first, f.last, f.data, bool(f.tuser), f.beats))
+        res.framing_errors += [f"frame {k}, {text}" for text in framing_errors(f.errors)]
+    if frames:
+        first, last = frames[0], frames[-1]
+        res.cycles = last.last - res.wr_cycles[0] + 1 if res.wr_cycles else last.last + 1
+        res.busy_cycles = sum(f.beats for f in frames)
+        res.span_cycles = last.last - first.first + 1
+        res.ready_cycles = last.ready_last - first.ready_first + 1
+    return res
 
-    async def setup_and_post(ctx):
-        await set_up(ctx, dut, local_mac=local_mac, local_ip=local_ip, qps=qps)
-        state["setup_done"] = True
-        for n, w in enumerate(wrs):
-            await post_wr(ctx, dut, w, wr_id=w.wr_id or n, rng=rng_wr, p_idle=p_wr_idle)
-            for _ in range(wr_gap):
-                await ctx.tick()
-        state["wrs_done"] = True
 
-    async def payload(ctx):
-        while not state["setup_done"]:
-            await ctx.tick()
-        for w in wrs:
+@dataclass
+class LoopResult:
+    """What :func:`run_closed_loop` produced."""
+    frames: list = field(default_factory=list)     #: TxFrame of every frame the engine sent
+    replies: int = 0                               #: frames the responder sent back
+    completions: list = field(default_factory=list)  #: the responder's completed messages
+    violations: list = field(default_factory=list)   #: the responder's complaints
+    statuses: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)   #: the engine's counters at the end
+    cycles: int = 0
+    sim_seconds: float = 0.0
+    backend: str = "amaranth"
+
+
+def peer_for(qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP):
+    """A :class:`sim.peer.ResponderModel` ready for ``wrs``: a responder QP per QPSetup (its
+    expected PSN the QP's start PSN), a memory region per RDMA WRITE, receive buffers for the
+    SENDs."""
+    from sim.peer import ResponderModel
+    peer = ResponderModel()
+    for q in qps:
+        peer.add_qp(q.remote_qpn, epsn=q.start_psn, pmtu=q.pmtu,
+                    remote_qpn=proto.LOCAL_QPN_BASE + q.index)
+    sends = {}
+    for w in wrs:
+        if w.opcode in (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM):
             if w.payload:
-                await send_packet(ctx, dut.i, w.payload, width, rng=rng_pl,
-                                  p_idle=p_payload_idle)
-        state["payload_done"] = True
+                peer.register_mr(w.remote_addr, len(w.payload), w.r_key)
+        if w.opcode != proto.WrOpcode.RDMA_WRITE:
+            sends.setdefault(w.qp, []).append(len(w.payload))
+    for q in qps:
+        if q.index in sends:
+            peer.post_recv(q.remote_qpn, max(max(sends[q.index]), 1), len(sends[q.index]))
+    return peer
 
-    async def monitor(ctx):
-        # One clock basis for every event: the cycle index of each transfer on `wr` and `o`,
-        # and how many cycles `o.ready` had been high up to each beat.
-        ready_count = 0
-        async for _, _, wv, wr, ov, orr in ctx.tick().sample(dut.wr.valid, dut.wr.ready,
-                                                              dut.o.valid, dut.o.ready):
-            ready_count += bool(orr)
-            if wv and wr:
-                res.wr_cycles.append(state["cycle"])
-            if ov and orr:
-                res.beat_cycles.append(state["cycle"])
-                ready_at_beat.append(ready_count)
-            state["cycle"] += 1
-            if progress is not None and state["cycle"] % PROGRESS_CYCLES == 0:
-                progress(state["cycle"], len(res.wr_cycles), len(raw_frames))
 
-    async def consume(ctx):
-        cur, first, nbeat, idle = bytearray(), 0, 0, 0
-        while True:
-            ready = not (p_stall and rng_o.random() < p_stall)
-            ctx.set(dut.o.ready, ready)
-            _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            if valid and ready:
-                error = framing_error(nbeat - first, p.keep, p.first, p.last, nbytes)
-                if error is not None:
-                    res.framing_errors.append(f"frame {len(raw_frames)}, {error}")
-                count = int(p.keep).bit_length()
-                cur += int(p.data).to_bytes(nbytes, "little")[:count]
-                nbeat += 1
-                if p.last:
-                    raw_frames.append((first, nbeat - 1, bytes(cur), bool(p.abort)))
-                    cur, first = bytearray(), nbeat
-            idle = 0 if (valid and ready) else idle + 1
-            # Stop once every WR and payload byte is in and the bus has been quiet for a while.
-            if state["wrs_done"] and state["payload_done"] and idle >= QUIET_CYCLES:
-                break
-        ctx.set(dut.o.ready, 0)
+def run_closed_loop(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
+                    seed=0, delay=100, slice_cycles=256, backend="amaranth", max_cycles=None,
+                    progress=None, log=None):
+    """The whole engine (:class:`~roce_hw.top.EngineTop`) with the responder model answering:
+    every frame the engine sends goes to :func:`peer_for`'s :class:`sim.peer.ResponderModel`,
+    and its replies (ACKs, NAKs) enter the engine's RX port ``delay`` cycles after the last
+    beat of the frame they answer, at the earliest. The loop runs in slices of
+    ``slice_cycles`` cycles (the network acts between slices, so a reply is late by up to a
+    slice). Returns a :class:`LoopResult`; ``TimeoutError`` if not done in ``max_cycles``."""
+    import time
 
-    async def status(ctx):
-        ctx.set(dut.status.ready, 1)
-        async for _, _, valid, p in ctx.tick().sample(dut.status.valid, dut.status.payload):
-            if valid:
-                res.statuses.append({"wr_id": int(p.wr_id), "qp": int(p.qp),
-                                     "status": int(p.status)})
+    from sim.backend import open_engine
 
-    run_simulation(dut, [setup_and_post, payload, consume], [monitor, status],
-                   cycles=max_cycles, vcd_name=f"traffic_{width}")
-    bc = res.beat_cycles
-    for first, last, frame, aborted in raw_frames:
-        res.frames.append((bc[first], bc[last], frame, aborted, last - first + 1))
-    if bc:
-        res.cycles = bc[-1] - res.wr_cycles[0] + 1 if res.wr_cycles else bc[-1] + 1
-        res.busy_cycles = len(bc)
-        res.span_cycles = bc[-1] - bc[0] + 1
-        res.ready_cycles = ready_at_beat[-1] - ready_at_beat[0] + 1
+    nbytes = config.data_width // 8
+    if max_cycles is None:
+        n_frames = sum(max(1, -(-len(w.payload) // _pmtu_of(qps, w.qp))) for w in wrs)
+        total = sum(len(w.payload) for w in wrs)
+        max_cycles = 4000 + 4 * (total // nbytes + n_frames * (80 // nbytes + 4)) + 4 * delay
+    peer = peer_for(qps, wrs, local_mac=local_mac, local_ip=local_ip)
+    eng = open_engine(config, backend=backend, top="engine", seed=seed, log=log)
+    eng.set_addr(local_mac, local_ip)
+    for q in qps:
+        eng.write_qp(q)
+    for n, w in enumerate(wrs):
+        eng.post(w, wr_id=w.wr_id or n)
+    res = LoopResult(backend=backend)
+    t0 = time.monotonic()
+    while True:
+        ran = eng.run(min(slice_cycles, max_cycles - eng.cycle), quiet=QUIET_CYCLES + delay)
+        for f in eng.pop_tx():
+            res.frames.append(f)
+            for reply in peer.receive(f.data):
+                eng.push_rx(reply, cycle=f.last + delay)
+                res.replies += 1
+        res.statuses += eng.pop_status()
+        if progress is not None:
+            progress(eng.cycle, eng.count("wrs_accepted"), len(res.frames))
+        if ran < slice_cycles and eng.cycle < max_cycles:
+            break
+        if eng.cycle >= max_cycles:
+            eng.close()
+            raise TimeoutError(f"the closed loop did not finish within {max_cycles} cycles: "
+                               f"{len(res.frames)} frames out, {res.replies} replies")
+    res.sim_seconds = time.monotonic() - t0
+    res.cycles = eng.cycle
+    res.counters = eng.counters()
+    res.completions = list(peer.completions)
+    res.violations = list(peer.violations)
+    eng.close()
     return res
 
 
@@ -415,6 +479,10 @@ def main(argv=None):
                          "docstring); replaces the random workload")
     ap.add_argument("--stall", type=float, default=0.0,
                     help="probability of idle/backpressure cycles on every stream, in [0, 1)")
+    ap.add_argument("--backend", choices=BACKENDS, default="amaranth",
+                    help="simulator: Amaranth's (no compiler needed) or the Verilog compiled by "
+                         "Verilator (100x faster; the first build of a width takes 1-3 minutes, "
+                         "then it is cached in build/verilator/)")
     ap.add_argument("--pcap", default=None,
                     help="write the transmitted frames here (nanosecond time stamps at the "
                          "assumed clock of the width)")
@@ -458,22 +526,27 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    from sim.backend import BackendUnavailable
     from sim.harness import Progress
     if not args.quiet:
-        print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits ...",
-              file=sys.stderr)
+        print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits "
+              f"({args.backend}) ...", file=sys.stderr)
     progress = Progress("sim.traffic", len(wrs), unit="messages posted",
                         interval=args.progress_interval, enabled=not args.quiet)
     try:
         res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
                           local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall,
                           p_payload_idle=args.stall, p_stall=args.stall,
-                          progress=progress.update)
+                          progress=progress.update, backend=args.backend,
+                          log=None if args.quiet else
+                          (lambda text: print(text, file=sys.stderr, flush=True)))
+    except BackendUnavailable as e:
+        print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
+        return 2
     except TimeoutError as e:    # the engine stopped moving: say so, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
-    progress.finish(res.beat_cycles[-1] + 1 if res.beat_cycles else 0, len(res.wr_cycles),
-                    len(res.frames))
+    progress.finish(res.sim_cycles, len(res.wr_cycles), len(res.frames))
     expect = expected_frames(config, qps, wrs, local_mac=settings["local_mac"],
                              local_ip=settings["local_ip"])
     got = res.good_frames

@@ -142,6 +142,8 @@ struct Harness {
     uint64_t snapshot_period = 0;
     uint64_t tx_frames_total = 0, tx_beats_total = 0, tx_ready_cycles = 0;
     uint64_t wrs_accepted = 0, resumes_accepted = 0;
+    // the last cycle with a tx beat, an input queued or a tx frame begun (rh_run's quiet)
+    uint64_t quiet_since = 0;
 
     explicit Harness(uint64_t seed) {
         lanes = int(sizeof(top.s_axis_payload_tdata));
@@ -319,6 +321,7 @@ struct Harness {
     }
 
     inline void step() {
+        uint64_t beats_before = tx_beats_total;
         drive();
         top.clk = 0;
         top.eval();
@@ -326,6 +329,7 @@ struct Harness {
         top.clk = 1;
         top.eval();
         ++cycle;
+        if (tx_beats_total != beats_before || inputs_pending() || tx_in) quiet_since = cycle;
     }
 };
 
@@ -407,24 +411,16 @@ void rh_push_mgmt(void* p, uint64_t qp, int write, const uint64_t* ctx) {
 }
 
 // Run until `max_cycles` more cycles have passed, or (if until_tx > 0) until the tx queue holds
-// at least `until_tx` frames, or (if quiet > 0) until every input queue is empty and no tx beat
-// has been seen for `quiet` cycles. The stop conditions are checked before every cycle. Returns
-// the cycles run.
+// at least `until_tx` frames, or (if quiet > 0) until every input queue has been empty and no tx
+// beat seen for `quiet` cycles (counted across calls: slicing a run changes nothing). The stop
+// conditions are checked before every cycle. Returns the cycles run.
 uint64_t rh_run(void* p, uint64_t max_cycles, uint64_t until_tx, uint64_t quiet) {
     Harness* h = static_cast<Harness*>(p);
     uint64_t start = h->cycle, end = start + max_cycles;
-    if (!until_tx && !quiet) {
-        while (h->cycle < end) h->step();
-    } else {
-        uint64_t quiet_since = h->cycle;
-        while (h->cycle < end) {
-            if (until_tx && h->tx.size() >= until_tx) break;
-            if (quiet && h->cycle - quiet_since >= quiet) break;
-            uint64_t beats = h->tx_beats_total;
-            h->step();
-            if (h->tx_beats_total != beats || h->inputs_pending() || h->tx_in)
-                quiet_since = h->cycle;
-        }
+    while (h->cycle < end) {
+        if (until_tx && h->tx.size() >= until_tx) break;
+        if (quiet && h->cycle - h->quiet_since >= quiet) break;
+        h->step();
     }
     return h->cycle - start;
 }
