@@ -62,14 +62,22 @@ template <typename T> static inline void put_keep(T& v, int n) {
 }
 // (ones from bit 0, total ones): keep is well formed when both are equal and non-zero.
 template <typename T> static inline void keep_count(const T& v, int lanes, int& low, int& all) {
-    low = all = 0;
-    bool run = true;
-    for (int i = 0; i < lanes; ++i) {
-        bool b;
-        if constexpr (std::is_integral_v<T>) b = (uint64_t(v) >> i) & 1;
-        else b = (v[i / 32] >> (i % 32)) & 1;
-        all += b;
-        if (run && b) ++low; else run = false;
+    if constexpr (std::is_integral_v<T>) {
+        uint64_t x = uint64_t(v);
+        if (lanes < 64) x &= (uint64_t(1) << lanes) - 1;
+        all = __builtin_popcountll(x);
+        low = ~x == 0 ? 64 : __builtin_ctzll(~x);
+    } else {
+        low = all = 0;
+        bool run = true;
+        for (int i = 0; i < (lanes + 31) / 32; ++i) {    // 32-bit words of a VlWide
+            uint32_t w = v[i];
+            all += __builtin_popcount(w);
+            if (run) {
+                if (w == 0xFFFFFFFFu) low += 32;
+                else { low += __builtin_ctz(~w); run = false; }
+            }
+        }
     }
 }
 
