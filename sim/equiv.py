@@ -88,6 +88,8 @@ def stimulus(config, seed, *, top="engine", messages=24, stall=0.2):
         kind = {2: 0.0, 5: 0.1, 8: 0.95}.get(n, rng.random())
         if kind > 0.9:
             size = rng.randrange(q.pmtu + 1, 3 * q.pmtu + 5)
+        elif 0.08 <= kind < 0.16:
+            size = max(size, 2)
         payload = bytes(rng.getrandbits(8) for _ in range(size))
         w = WorkItem(qp=q.index, opcode=rng.choice(_OPS), payload=payload,
                      remote_addr=rng.getrandbits(48), r_key=rng.getrandbits(32),
@@ -109,9 +111,9 @@ def stimulus(config, seed, *, top="engine", messages=24, stall=0.2):
     if top == "engine":
         at = 0
         for name, frame, tuser in _rx_frames(rng, n_qp):
-            at += rng.randrange(0, 400)
+            at += rng.randrange(0, 150)
             rx.append((frame, at, tuser))
-    slices = [rng.choice([1, 7, 50, 333, 1000]) for _ in range(64)]
+    slices = [rng.choice([1, 2, 7, 50, 133]) for _ in range(64)]
     probs = {s: stall * rng.random() for s in ("wr", "payload", "rx", "resume", "tx", "status",
                                                 "other")} if stall else {}
     return {"qps": qps, "items": items, "rx": rx, "slices": slices, "probs": probs,

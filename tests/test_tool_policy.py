@@ -59,9 +59,9 @@ def test_users_machine_skips_with_one_summary_line():
     assert "1 passed, 5 skipped" in out, out[-2000:]
     lines = [ln for ln in out.splitlines() if ln.startswith("SKIPPED")]
     assert len(lines) == 1, lines
-    assert re.match(r"SKIPPED \[5\] .*conftest\.py:\d+: missing tools: iverilog, tshark, "
-                    r"verilator, vvp; install them with: sudo apt-get install iverilog tshark "
-                    r"verilator$", lines[0]), lines[0]
+    assert re.match(r"SKIPPED \[5\] .*conftest\.py:\d+: missing tools: g\+\+, iverilog, make, "
+                    r"tshark, verilator, vvp; install them with: sudo apt-get install g\+\+ "
+                    r"iverilog make tshark verilator$", lines[0]), lines[0]
     assert "Traceback" not in out
 
 

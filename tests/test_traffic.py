@@ -110,6 +110,39 @@ def test_random_run_is_a_function_of_the_seed(tmp_path):
     assert {m["opcode"] for m in docs[0]["messages"]} <= {"write", "write_imm", "send", "send_imm"}
 
 
+@pytest.mark.tools("verilator")
+def test_both_back_ends_write_the_same_pcap(tmp_path):
+    """The same seeded run (random idle and stall on every stream) on both back ends: the
+    same pcap, byte for byte (time stamps are cycles), and the same JSON."""
+    args = ["--width", "512", "--qps", "3", "--messages", "10", "--max-size", "2500",
+            "--pmtu", "1024", "--seed", "5", "--stall", "0.2", "--quiet"]
+    out = {}
+    for backend in ("amaranth", "verilator"):
+        pcap, js = tmp_path / f"{backend}.pcap", tmp_path / f"{backend}.json"
+        res = _traffic(*args, "--backend", backend, "--pcap", str(pcap), "--json", str(js))
+        assert res.returncode == 0, res.stderr + res.stdout
+        out[backend] = (pcap.read_bytes(), json.loads(js.read_text()))
+    assert out["amaranth"][0] == out["verilator"][0]
+    assert out["amaranth"][1] == out["verilator"][1]
+    assert out["verilator"][1]["totals"]["frames"] >= 10
+    assert out["verilator"][1]["totals"]["model_mismatches"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.tools("verilator")
+def test_issue_34_run_on_verilator(tmp_path):
+    """The issue's run: 2,000 messages up to 12,000 bytes on 16 QPs at 512 bits, in minutes."""
+    import time
+    js = tmp_path / "big.json"
+    t0 = time.monotonic()
+    res = _traffic("--backend", "verilator", "--width", "512", "--qps", "16", "--messages",
+                   "2000", "--max-size", "12000", "--json", str(js), "--quiet")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert time.monotonic() - t0 < 600
+    t = json.loads(js.read_text())["totals"]
+    assert t["frames"] >= 2000 and t["model_mismatches"] == 0 and t["framing_errors"] == 0
+
+
 @pytest.mark.tools("tshark")
 def test_pcap_decodes_in_tshark(tmp_path):
     pcap = tmp_path / "t.pcap"

@@ -14,7 +14,9 @@ transactions through a plain C API (:mod:`ctypes`), never per cycle. :class:`Ver
 has the methods of :class:`sim.backend.AmaranthEngine` and gives the same results.
 """
 
+import atexit
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -187,6 +189,19 @@ def build(config, *, top="engine", log=None, jobs=None):
     if lib.exists():
         log(f"cached: {lib}")
         return lib
+    # One build per key at a time: a second process (pytest -n 2) waits for the first's
+    # library instead of compiling the same one beside it.
+    with open(root / f"{key}.lock", "w") as lock:
+        if not lib.exists():
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if lib.exists():
+            log(f"built meanwhile by another process: {lib}")
+            return lib
+        return _compile(verilator, name, src, ports_h, root, key, out, config, jobs, log)
+
+
+def _compile(verilator, name, src, ports_h, root, key, out, config, jobs, log):
+    lib = out / "libroce_sim.so"
     tmp = root / f"{key}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -262,6 +277,17 @@ _COUNT = {"tx": 0, "status": 1, "mgmt_rsp": 2, "rx_other": 3, "wr_pending": 4,
           "ip_id_pending": 16, "mgmt_outstanding": 17}
 
 
+#: Set when the interpreter exits: the models still open are then left to the operating system,
+#: not destroyed (a model destroyed during exit can deadlock in Verilator 5.006's
+#: ``VerilatedContextImp::scopeErase`` or crash, its library's static objects being torn down).
+_EXITING = []
+
+
+@atexit.register
+def _at_exit():
+    _EXITING.append(True)
+
+
 class VerilatorEngine(EngineApi):
     """A top compiled by Verilator, driven in transactions: the methods of
     :class:`sim.backend.AmaranthEngine`, plus :meth:`bare_busy` (the harness-overhead
@@ -282,8 +308,10 @@ class VerilatorEngine(EngineApi):
         self.lanes = L.rh_lanes(self._h)
 
     def close(self):
+        """Destroy the model (also done when the object is collected)."""
         if getattr(self, "_h", None):
-            self._lib.rh_destroy(self._h)
+            if not _EXITING:
+                self._lib.rh_destroy(self._h)
             self._h = None
 
     __del__ = close

@@ -47,7 +47,7 @@ def check(width, *, messages=40, seed=1, stall=0.0, n_qp=16, log=print):
                         wr_id=2001)]
     wrs = directed + refused + wrs
     eng = VerilatorEngine(config, seed=seed, log=log)
-    eng.set_random(wr_idle=stall, payload_idle=stall, tx_stall=stall, status_stall=stall)
+    eng.set_random(wr=stall, payload=stall, tx=stall, status=stall)
     eng.set_addr(DEFAULT_LOCAL_MAC, DEFAULT_LOCAL_IP)
     for q in qps:
         eng.write_qp(q)
