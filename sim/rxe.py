@@ -6,18 +6,27 @@ Run from the repository root::
     python -m sim.rxe --width 64 --seed 1 --messages 20
     python -m sim.rxe --width 512 --seed 7 --messages 100 --qps 4 --pmtu 1024 --pcap build/rxe.pcap
     python -m sim.rxe --width 64 --seed 1 --messages 8 --corrupt 3     # must fail: exit 1
+    python -m sim.rxe --backend verilator --width 512 --messages 300
 
 Boots the guest of :mod:`sim.guest` (built on first use and cached under ``build/rxe-guest/``)
 in QEMU, creates one RC QP per engine QP in rxe (an MR for the RDMA WRITEs, receive buffers for
 the SENDs and WRITE_IMMs), writes the engine's QP contexts to match through its management port,
-then simulates the engine (Amaranth) on seeded random WRITE / WRITE_IMM / SEND / SEND_IMM
+then simulates the TX engine (``roce_tx``) on seeded random WRITE / WRITE_IMM / SEND / SEND_IMM
 traffic: lengths 0 to 3 PMTU + 5 with the edge cases (0, 1, PMTU +- 1, multiples of the PMTU,
 odd lengths), PSNs starting just below 0xFFFFFF so that they wrap, and by default five QPs with
-one PMTU each from 256 to 4096. Every frame goes to rxe the cycle it leaves the engine; rxe's
-ACK/NAK frames are collected (the engine has no receive path yet). Per QP it reports messages,
-frames, ACKs, NAKs and whether rxe's memory holds the WRITE bytes and its receive completions
-carry the intended lengths, immediates and data. A message *passes* when all its frames reached
-rxe unaltered, rxe ACKed its last PSN, and its data (memory and/or completion) is exact.
+one PMTU each from 256 to 4096. Every frame goes to rxe stamped with the cycle it left the
+engine, the next frame only once rxe has answered the previous AckReq frame
+(:class:`sim.vm.RxeBridge`); rxe's ACK/NAK frames are collected (this top has no receive path).
+Per QP it reports messages, frames, ACKs, NAKs and whether rxe's memory holds the WRITE bytes
+and its receive completions carry the intended lengths, immediates and data. A message
+*passes* when all its frames reached rxe unaltered, rxe ACKed its last PSN, and its data
+(memory and/or completion) is exact.
+
+``--backend`` picks the simulator (:func:`sim.backend.open_engine`, ``top="tx"``): ``amaranth``
+(default; Amaranth's simulator, no compiler needed) or ``verilator`` (the emitted Verilog
+compiled by Verilator, built on first use and cached; hundreds of times as many cycles per
+second). Either runs the engine in slices of cycles (:data:`SLICE_CYCLES`), handing each
+slice's frames to the bridge with their cycles; both give the same frames at the same cycles.
 
 ``--scenario FILE`` takes the QPs and WRs of a :mod:`sim.traffic` scenario file (their remote
 QPN/MAC/IP and the WRITE addresses and R_Keys are replaced by the guest's; the fields may be
@@ -25,7 +34,8 @@ omitted). ``--corrupt K`` flips one payload bit of frame K (0-based, in transmit
 frame with payload if K has none): rxe must drop it, NAK the next frame's PSN gap, and the tool
 must report the failure. The last line is ``N passed, M failed``; the exit status is 0 when all
 messages passed and rxe sent no NAK, 1 otherwise, 2 for usage or set-up errors (QEMU or apt
-missing, the guest does not boot).
+missing, the guest does not boot; with ``--backend verilator``, Verilator, g++ or make
+missing).
 """
 
 import argparse
@@ -44,9 +54,9 @@ from roce_hw.config import DATA_WIDTHS, EngineConfig
 from sim.bfm import QPSetup, parse_ip, parse_mac
 from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS
 
-__all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "Message", "QPResult",
-           "RxeRun", "random_messages", "plan_frames", "setup_guest", "simulate", "verify",
-           "run_rxe", "corrupt_hook", "main"]
+__all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "SLICE_CYCLES",
+           "Message", "QPResult", "RxeRun", "random_messages", "plan_frames", "setup_guest",
+           "engine_config", "simulate", "verify", "run_rxe", "corrupt_hook", "main"]
 
 PMTUS = (256, 512, 1024, 2048, 4096)
 ENGINE_MAC = "02:00:00:00:00:01"
@@ -125,6 +135,7 @@ class RxeRun:
     wait_seconds: float = 0.0
     corrupted: tuple | None = None     #: (frame index, guest QPN, PSN) of --corrupt
     bridge: object = None
+    backend: str = "amaranth"          #: the simulation back end (:mod:`sim.backend`)
 
     @property
     def passed(self):
@@ -238,90 +249,86 @@ def corrupt_hook(target):
 
 
 # -- simulation ------------------------------------------------------------------------------
-def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycles=None):
-    """Simulate the engine on ``msgs`` with every frame going through ``bridge``; returns
-    ``(cycles, refused WR statuses)``."""
-    from amaranth.sim import Simulator
-    from roce_hw.engine import TxEngine
-    from sim.bfm import set_up
-    config = EngineConfig(data_width=width, n_qp=max(16, max(q.index for q in setups) + 1))
-    dut = TxEngine(config)
+#: Cycles per slice of :func:`simulate` on each back end: Amaranth's simulator runs 10^2-10^3
+#: cycles/s (70 at 512 bits), Verilator 10^4-10^5 (a slice is at most a few seconds).
+SLICE_CYCLES = {"amaranth": 512, "verilator": 8192}
+
+
+def engine_config(width, setups):
+    """The :class:`~roce_hw.config.EngineConfig` simulated for ``setups`` at ``width`` bits."""
+    return EngineConfig(data_width=width, n_qp=max(16, max(q.index for q in setups) + 1))
+
+
+def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycles=None,
+             backend="amaranth", slice_cycles=None):
+    """Simulate the TX engine (``roce_tx``, :class:`roce_hw.top.TxTop`) on ``msgs`` on
+    ``backend`` (:func:`sim.backend.open_engine`) with every frame going through ``bridge``;
+    returns ``(cycles, refused WR statuses)``.
+
+    The engine runs in slices of ``slice_cycles`` cycles (default :data:`SLICE_CYCLES`); after
+    each slice its frames go to rxe through :meth:`sim.vm.RxeBridge.deliver_frames`, each
+    stamped with the cycle after its last beat and paced by rxe's ACKs, as the per-cycle
+    testbench did. The run ends once every WR and
+    its payload went in and the ``n_expected`` frames (less those of WRs the engine refused)
+    came out; ``cycles`` is the cycle count after the last frame or refusal report, whatever
+    the slice length (the last slice stops there when it can: ``until_tx``). Raises
+    :class:`sim.backend.BackendUnavailable` when the back end cannot run here."""
+    from sim.backend import open_engine
+    from sim.bfm import WorkItem
+    config = engine_config(width, setups)
     nbytes = width // 8
-    state = {"setup": False, "posted": False, "payload": False, "out": False, "cycle": [0]}
-    refused = []
     if max_cycles is None:
         total = sum(len(m.payload) for m in msgs)
         max_cycles = 5000 + 4 * (total // nbytes + n_expected * (128 // nbytes + 4))
-
-    async def setup_and_post(ctx):
-        await set_up(ctx, dut, local_mac=ENGINE_MAC, local_ip=ENGINE_IP, qps=setups)
-        state["setup"] = True
-        for m in msgs:
+    step = int(slice_cycles or SLICE_CYCLES.get(backend, 512))
+    refused, refused_frames = [], 0
+    with open_engine(config, backend=backend, top="tx") as eng:
+        eng.set_addr(ENGINE_MAC, ENGINE_IP)
+        for q in setups:
+            eng.write_qp(q)
+        for m in msgs:              # the WRs wait for the management writes (as set-up does)
             target = bridge.guest_qps[m.qp]
             write = m.opcode in _WRITE_OPS
-            ctx.set(dut.wr.payload, {
-                "wr_id": m.index + 1, "opcode": int(m.opcode), "qp": m.qp,
-                "remote_addr": target["addr"] + m.offset if write else 0,
-                "r_key": target["rkey"] if write else 0, "length": len(m.payload),
-                "imm": m.imm, "signaled": 1, "solicited": int(m.solicited)})
-            ctx.set(dut.wr.valid, 1)
-            await ctx.tick().until(dut.wr.ready)
-            ctx.set(dut.wr.valid, 0)
-        state["posted"] = True
-
-    async def payload(ctx):
-        while not state["setup"]:
-            await ctx.tick()
-        for m in msgs:
-            data = m.payload
-            for pos in range(0, len(data), nbytes):
-                chunk = data[pos:pos + nbytes]
-                ctx.set(dut.i.payload, {"data": int.from_bytes(chunk, "little"),
-                                        "keep": (1 << len(chunk)) - 1, "first": int(pos == 0),
-                                        "last": int(pos + nbytes >= len(data))})
-                ctx.set(dut.i.valid, 1)
-                await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
-        state["payload"] = True
-
-    def out_done():
-        return state["posted"] and state["payload"] and \
-            bridge.frames_out + bridge.aborted >= n_expected - state.get("refused_frames", 0)
-
-    async def output(ctx):
-        await bridge.drive_output(ctx, dut.o, nbytes, done=out_done, cycle=state["cycle"])
-        state["out"] = True
-
-    async def status(ctx):
-        ctx.set(dut.status.ready, 1)
-        async for _, _, valid, p in ctx.tick().sample(dut.status.valid, dut.status.payload):
-            if valid:
-                refused.append({"wr_id": int(p.wr_id), "qp": int(p.qp),
-                                "status": int(p.status)})
-                m = msgs[int(p.wr_id) - 1]
-                state["refused_frames"] = state.get("refused_frames", 0) + m.packets
-
-    sim = Simulator(dut)
-    period = 1e-8
-    sim.add_clock(period)
-    sim.add_testbench(setup_and_post)
-    sim.add_testbench(payload)
-    sim.add_testbench(output)
-    sim.add_process(status)
-    now, last_report = 0, time.monotonic()
-    while not state["out"] and now < max_cycles:
-        now += 512
-        sim.run_until(period * (now + 0.5))
-        if progress is not None and time.monotonic() - last_report > 5:
-            last_report = time.monotonic()
-            progress(f"  cycle {state['cycle'][0]}: {bridge.frames_out}/{n_expected} frames "
-                     f"to rxe, {len(bridge.replies)} replies")
-    if not state["out"]:
-        refused.append({"wr_id": 0, "qp": -1, "status": -1,
-                        "error": f"simulation stopped at the {max_cycles}-cycle limit with "
-                                 f"{bridge.frames_out}/{n_expected} frames sent"})
-    bridge.flush(state["cycle"][0])
-    return state["cycle"][0], refused
+            eng.post(WorkItem(qp=m.qp, opcode=m.opcode, payload=m.payload,
+                              remote_addr=target["addr"] + m.offset if write else 0,
+                              r_key=target["rkey"] if write else 0, imm=m.imm,
+                              solicited=m.solicited, signaled=True), wr_id=m.index + 1)
+        last_report = time.monotonic()
+        done_at = 0             # the cycle count after the last frame or refusal so far
+        limit = False
+        while True:
+            left = n_expected - refused_frames - bridge.frames_out - bridge.aborted
+            if left <= 0 and not eng.count("wr_pending") and \
+                    not eng.count("payload_pending"):
+                break
+            if eng.cycle >= max_cycles:
+                refused.append({"wr_id": 0, "qp": -1, "status": -1,
+                                "error": f"simulation stopped at the {max_cycles}-cycle limit "
+                                         f"with {bridge.frames_out}/{n_expected} frames sent"})
+                limit = True
+                break
+            eng.run(min(step, max_cycles - eng.cycle), until_tx=max(left, 0))
+            for r in eng.pop_mgmt_rsp():
+                if r["error"]:
+                    refused.append({"wr_id": 0, "qp": r["qp"], "status": -1,
+                                    "error": f"management write of QP {r['qp']} refused"})
+            for st in eng.pop_status():
+                done_at = max(done_at, int(st["cycle"]) + 1)
+                refused.append({"wr_id": int(st["wr_id"]), "qp": int(st["qp"]),
+                                "status": int(st["status"])})
+                if 1 <= st["wr_id"] <= len(msgs):
+                    refused_frames += msgs[int(st["wr_id"]) - 1].packets
+            frames = eng.pop_tx()
+            if frames:
+                done_at = max(done_at, int(frames[-1].last) + 1)
+            bridge.deliver_frames(frames, eng.cycle)
+            if progress is not None and time.monotonic() - last_report > 5:
+                last_report = time.monotonic()
+                progress(f"  cycle {eng.cycle}: {bridge.frames_out}/{n_expected} frames "
+                         f"to rxe, {len(bridge.replies)} replies")
+        cycles = eng.cycle if limit else done_at
+    bridge.flush(cycles)
+    return cycles, refused
 
 
 # -- verification ----------------------------------------------------------------------------
@@ -433,9 +440,12 @@ def verify(vm, bridge, setups, msgs, guest):
 
 
 # -- one run ---------------------------------------------------------------------------------
-def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progress=None):
-    """Run ``msgs`` on the engine at ``width`` bits into the booted ``vm``; returns an
-    :class:`RxeRun`. The guest QPs are destroyed afterwards (the VM can be reused)."""
+def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progress=None,
+            backend="amaranth"):
+    """Run ``msgs`` on the engine at ``width`` bits, simulated on ``backend`` (``"amaranth"`` or
+    ``"verilator"``), into the booted ``vm``; returns an :class:`RxeRun`. The guest QPs are
+    destroyed afterwards (the VM can be reused). Raises :class:`sim.backend.BackendUnavailable`
+    when the back end cannot run here."""
     from sim.vm import RxeBridge
     plan = plan_frames(setups, msgs)
     corrupted = None
@@ -459,7 +469,7 @@ def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progres
         vm.drain_frames()
         t0 = time.monotonic()
         cycles, refused = simulate(width, setups, msgs, bridge, n_expected=len(plan),
-                                   progress=progress)
+                                   progress=progress, backend=backend)
         sim_seconds = time.monotonic() - t0
         results = verify(vm, bridge, setups, msgs, guest)
         counters1 = vm.call("counters")
@@ -474,10 +484,10 @@ def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progres
         corrupted = tuple(corrupted)
     delta = {k: counters1[k] - counters0.get(k, 0) for k in counters1
              if isinstance(counters1[k], int) and counters1[k] != counters0.get(k, 0)}
-    return RxeRun(width=width, messages=msgs, qps=results, counters=delta, cycles=cycles,
-                  frames=bridge.frames_out, refused=refused, unanswered=len(bridge.unanswered),
-                  sim_seconds=sim_seconds, wait_seconds=bridge.wait_seconds,
-                  corrupted=corrupted, bridge=bridge)
+    return RxeRun(width=width, backend=backend, messages=msgs, qps=results, counters=delta,
+                  cycles=cycles, frames=bridge.frames_out, refused=refused,
+                  unanswered=len(bridge.unanswered), sim_seconds=sim_seconds,
+                  wait_seconds=bridge.wait_seconds, corrupted=corrupted, bridge=bridge)
 
 
 def report(run, out=sys.stdout):
@@ -508,8 +518,8 @@ def report(run, out=sys.stdout):
     if run.counters:
         p("rxe counters: " + ", ".join(f"{k} +{v}" for k, v in sorted(run.counters.items())))
     p(f"{run.frames} frames in {run.cycles} cycles at {run.width} bits; simulation "
-      f"{run.sim_seconds:.1f} s of which {run.wait_seconds:.2f} s waiting for rxe; "
-      f"{run.unanswered} AckReq frames unanswered")
+      f"({run.backend}) {run.sim_seconds:.1f} s of which {run.wait_seconds:.2f} s waiting for "
+      f"rxe; {run.unanswered} AckReq frames unanswered")
     p(f"{run.passed} passed, {run.failed} failed")
 
 
@@ -544,6 +554,11 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=None,
                     help=f"engine bus width in bits, one of {', '.join(map(str, DATA_WIDTHS))} "
                          f"(default: the scenario's width, else 64)")
+    ap.add_argument("--backend", choices=("amaranth", "verilator"), default="amaranth",
+                    help="simulation back end (sim.backend): Amaranth's simulator, or the "
+                         "Verilog compiled by Verilator, hundreds of times faster (built on "
+                         "first use, 1-3 minutes, then cached; needs verilator, g++ and make) "
+                         "(default: %(default)s)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
     ap.add_argument("--messages", type=int, default=20,
                     help="number of random messages (default: %(default)s)")
@@ -598,18 +613,33 @@ def main(argv=None):
                   file=sys.stderr)
             return 2
 
+    from sim.backend import BackendUnavailable
+    if args.backend == "verilator":
+        # Built (or found in the cache) before the guest boots: a missing tool or a failed
+        # build is a set-up error, and the simulation's time does not include the build.
+        from sim.verilator import build
+        try:
+            build(engine_config(args.width, setups), top="tx", log=log)
+        except BackendUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except RuntimeError as e:
+            print(f"error: the Verilator build failed: {e}", file=sys.stderr)
+            return 2
     from sim.guest import GuestBuildError
     from sim.vm import RxeVM, VMError
     try:
         with RxeVM(log=log) as vm:
-            log(f"{len(msgs)} messages on {len(setups)} QPs at {args.width} bits")
+            log(f"{len(msgs)} messages on {len(setups)} QPs at {args.width} bits "
+                f"({args.backend})")
             try:
                 run = run_rxe(vm, args.width, setups, msgs, corrupt=args.corrupt,
-                              reply_timeout=args.reply_timeout, progress=log)
+                              reply_timeout=args.reply_timeout, progress=log,
+                              backend=args.backend)
             except ValueError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
-    except (GuestBuildError, VMError) as e:
+    except (GuestBuildError, VMError, BackendUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.pcap:

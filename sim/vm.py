@@ -12,12 +12,14 @@ image as a layer built from the working tree at this boot (:func:`sim.guest.writ
 keeps answering. With ``peer_mac=None`` the guest has no neighbour entry for the peer and must
 learn its MAC by ARP.
 
-:class:`RxeBridge` connects a simulated engine to the VM. Its testbench
-:meth:`RxeBridge.drive_output` consumes the engine's frame stream and delivers each frame the
-moment its last beat is transferred; it keeps simulated time and rxe's replies causally
-ordered: after a frame that asks for an acknowledgement (BTH AckReq) the simulation is held
-(wall clock, bounded by ``reply_timeout``) until rxe has answered it, so the simulation never
-runs ahead of rxe's ACKs and never stalls if rxe stays silent (the frame is then recorded as
+:class:`RxeBridge` connects a simulated engine to the VM. It delivers each frame of the engine
+stamped with the cycle count once its last beat is transferred -- per cycle with the testbench
+:meth:`RxeBridge.drive_output`, or per slice of cycles with :meth:`RxeBridge.deliver_frames`
+(for the transaction-level back ends of :mod:`sim.backend`, which run the engine in slices and
+return the frames with their cycles) -- and keeps simulated time and rxe's replies causally
+ordered: after a frame that asks for an acknowledgement (BTH AckReq) the caller is held (wall
+clock, bounded by ``reply_timeout``) until rxe has answered it, so no further frame reaches rxe
+before the ACK and nothing stalls if rxe stays silent (the frame is then recorded as
 unanswered). Replies are stamped with the simulated cycle at which they arrived and queued for
 :meth:`RxeBridge.drive_input`, the slot for an engine receive path (ACK/NAK, CM). Hooks on both
 directions (``to_guest_hook``, ``from_guest_hook``) may drop, alter or duplicate frames (the
@@ -705,6 +707,37 @@ class RxeBridge:
                              if not ((o.engine_qpn == engine_qpn or o.engine_qpn is None)
                                      and _psn_le(o.psn, info.psn))]
 
+    def output_frame(self, frame, cycle, *, aborted=False):
+        """One frame that left the engine, complete at ``cycle``: :meth:`deliver` it, or count
+        it in :attr:`aborted` (an aborted frame never reaches the guest)."""
+        if aborted:
+            self.aborted += 1
+        else:
+            self.deliver(frame, cycle)
+
+    def deliver_frames(self, frames, cycle):
+        """The slice-based counterpart of :meth:`drive_output`, for an engine simulated in
+        slices of cycles (:mod:`sim.backend`: run a slice, pop its frames, call this, repeat).
+
+        ``frames`` are the frames that left the engine during the slice, oldest first, each with
+        ``data``, ``last`` (the cycle of its last beat, cycle 0 the first after reset) and
+        ``tuser`` (aborted), as :class:`sim.backend.TxFrame`; ``cycle`` is the cycle count at
+        the end of the slice. Each frame goes through :meth:`output_frame` at cycle ``last + 1``
+        (once its last beat has been transferred: the count :meth:`drive_output` stamps), so rxe
+        sees the same frames, in the same order, stamped and paced the same way (held until rxe
+        has answered every AckReq frame beyond ``window - 1``) as with :meth:`drive_output`.
+        The engine itself runs ahead of rxe by up to one slice, which it cannot notice as long
+        as it does not receive rxe's replies (an engine that does must end its slices where it
+        waits for them). Then the guest is polled once, replies stamped with ``cycle`` (the
+        per-cycle testbench polls every 4096 idle cycles). Returns how many frames were
+        delivered."""
+        n = 0
+        for f in frames:
+            self.output_frame(bytes(f.data), int(f.last) + 1, aborted=bool(f.tuser))
+            n += not f.tuser
+        self.poll(cycle)
+        return n
+
     # -- testbenches -------------------------------------------------------------------------
     async def drive_output(self, ctx, stream, nbytes, *, done, cycle=None):
         """Testbench: hold ``stream.ready`` high, assemble frames ({data, keep, first, last,
@@ -726,10 +759,7 @@ class RxeBridge:
                 continue
             cur += int(p.data).to_bytes(nbytes, "little")[:int(p.keep).bit_length()]
             if p.last:
-                if getattr(p, "abort", 0):
-                    self.aborted += 1
-                else:
-                    self.deliver(bytes(cur), n)
+                self.output_frame(bytes(cur), n, aborted=bool(getattr(p, "abort", 0)))
                 cur = bytearray()
         ctx.set(stream.ready, 0)
 
