@@ -454,13 +454,12 @@ def test_rxe_accepts_one_pmtu_512(vm, pmtu):
     _assert_clean(_run(vm, 512, seed=pmtu, messages=24, qps=3, pmtu=pmtu, backend="verilator"))
 
 
-@pytest.mark.slow
 @pytest.mark.tools("verilator")
 def test_rxe_verilator_512(vm):
     """Issue 34's run, ``python -m sim.rxe --backend verilator --width 512 --messages 300``:
     the engine compiled by Verilator, 300 messages on five QPs (every PMTU), all executed
-    exactly by rxe without a NAK. (``slow`` for the first build, about a minute; then the
-    simulation takes about a second.)"""
+    exactly by rxe without a NAK. (The first build of the TX top at 512 bits takes about a
+    minute, shared with tests/test_traffic.py; then the simulation takes about a second.)"""
     run = _run(vm, 512, seed=1, messages=300, backend="verilator")
     text = _assert_clean(run)
     assert run.backend == "verilator" and "(verilator)" in text
