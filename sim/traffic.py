@@ -531,15 +531,21 @@ def main(argv=None):
     if not args.quiet:
         print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits "
               f"({args.backend}) ...", file=sys.stderr)
+    log = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    if args.backend == "verilator":      # build first, so the progress rate is the simulation's
+        from sim.verilator import build
+        try:
+            build(config, top="tx", log=log)
+        except BackendUnavailable as e:
+            print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
+            return 2
     progress = Progress("sim.traffic", len(wrs), unit="messages posted",
                         interval=args.progress_interval, enabled=not args.quiet)
     try:
         res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
                           local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall,
                           p_payload_idle=args.stall, p_stall=args.stall,
-                          progress=progress.update, backend=args.backend,
-                          log=None if args.quiet else
-                          (lambda text: print(text, file=sys.stderr, flush=True)))
+                          progress=progress.update, backend=args.backend, log=log)
     except BackendUnavailable as e:
         print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
         return 2
