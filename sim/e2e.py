@@ -6,18 +6,24 @@ Run from the repository root::
     python -m sim.e2e --width 64
     python -m sim.e2e --width 64 --ops write,send_imm --length 3000 --count 4 --pcap build/e2e.pcap
     python -m sim.e2e --model                       # the frame-level Python model instead
+    python -m sim.e2e --backend verilator           # the engine compiled by Verilator
 
 Boots the guest of :mod:`sim.guest` (:class:`sim.vm.RxeVM`) with the repository's pure-Python
 code appended (``python -m roce_hw.host`` runs there) and **without** a neighbour entry for the
-engine, and connects the guest's NIC to the simulated :class:`roce_hw.engine.RoceEngine` at
-frame level in both directions: every frame from the guest (ARP requests, the host tool's CM
-datagrams, rxe's ACKs, anything else) goes into ``RoceEngine.rx`` (one beat per cycle, ``ready``
-constant 1), every frame from ``RoceEngine.tx`` (ARP replies, CM replies, the generator's data
-frames) goes to the guest the cycle its last beat leaves the engine (:class:`sim.vm.RxeBridge`:
-after a frame with AckReq the simulation is held, wall clock, until rxe has answered, so it
-never runs ahead of rxe). When the engine has been quiet for a while the simulation waits (wall
-clock) for the guest's next frame instead of spinning: the engine has no timer, so simulated
-time standing still while the guest computes changes nothing.
+engine, and connects the guest's NIC to the simulated engine (:class:`roce_hw.top.EngineTop`,
+:class:`roce_hw.engine.RoceEngine` with flat ports, on the ``--backend`` of :mod:`sim.backend`:
+``amaranth`` by default, or ``verilator``, built before the guest boots) at frame level in both
+directions, in slices of cycles (:class:`sim.replay.EngineDriver`, :data:`SLICE_CYCLES`): every
+frame from the guest (ARP requests, the host tool's CM datagrams, rxe's ACKs, anything else)
+goes into ``s_axis_rx`` (one beat per cycle, ``tready`` constant 1) at the cycle the
+simulation has reached when it arrives (at most :data:`SLICE_CYCLES` later while the engine is
+busy); the engine runs until a frame leaves ``m_axis_tx`` (ARP replies, CM replies, the
+generator's data frames) or for a slice, and the frame goes to the guest stamped with the cycle
+after its last beat (:class:`sim.vm.RxeBridge`: after a frame with AckReq the simulation is
+held, wall clock, until rxe has answered, so it never runs ahead of rxe). When the engine has
+been quiet for :data:`IDLE_CYCLES` the simulation waits (wall clock) for the guest's next frame
+instead of spinning: the engine has no timer, so simulated time standing still while the guest
+computes changes nothing.
 
 In the guest it runs the host tool's verbs mode (:data:`HOST_TOOL`, :func:`host_argv`) once
 per ``--ops`` entry, one after the other, against the same engine: ARP for the engine (first
@@ -30,7 +36,8 @@ addresses and immediates, the expected operation and count per connection), rxe'
 every connection's last PSN and rxe sent no NAK, the CM replies were ACKs, the engine's CM and
 RX counters show no refusal or drop, every QP is free at the end, and the host tool reported
 ok for every round. The last line is ``PASS`` or ``FAIL: reasons``; exit status 0 on PASS, 1 on
-FAIL, 2 for usage or set-up errors (no QEMU, the guest does not boot).
+FAIL, 2 for usage or set-up errors (no QEMU, the guest does not boot, ``--backend verilator``
+without Verilator, g++ or make: an ``error:`` line naming what to install).
 """
 
 import argparse
@@ -59,6 +66,15 @@ HOST_TOOL = "roce_hw.host"
 IDLE_CYCLES = 300
 #: Wall-clock seconds per wait for a guest frame while the engine is idle.
 IDLE_WAIT = 0.05
+#: Most cycles the engine runs between two exchanges with the guest while it is busy (a slice
+#: also ends right after each frame the engine sends, so that frame goes to the guest at once):
+#: a frame from the guest waits at most this long, simulated, to enter the engine. 256 cycles
+#: (the old per-cycle harness polled the guest every 256 cycles too) are 1.6 us at 64 bits
+#: (156.25 MHz), 0.8 us at 512 bits: about one 2-kB frame at 64 bits, so a CM request or an
+#: ACK never waits behind more than a frame's time. The cost per slice is one run() call and
+#: the pops (about 10 us on the Verilator back end; on Amaranth's simulator less than one
+#: cycle's time); a real run spends its time in the guest anyway, not in the slices.
+SLICE_CYCLES = 256
 
 
 def host_argv(op, *, length, count, period=0, reopen=True, seed=None, timeout=10.0):
@@ -101,8 +117,10 @@ class E2eRun:
     boot_seconds: float = 0.0
     run_seconds: float = 0.0
     wait_seconds: float = 0.0
+    sim_seconds: float = 0.0                        #: of run_seconds, spent simulating
     cycles: int = 0
     bridge: object = None
+    backend: str = "amaranth"                       #: "amaranth", "verilator" or "model"
 
     @property
     def ok(self):
@@ -130,36 +148,47 @@ def _run_model(bridge, *, n_qp, finished, progress):
     return step, m.counters, rows
 
 
-def _run_sim(bridge, *, width, n_qp, finished, idle_cycles, progress):
-    """The Amaranth simulation of :class:`roce_hw.engine.RoceEngine` on the bridge."""
+def _open_sim(*, width, n_qp, backend, progress):
+    """The simulated engine for a run (:class:`sim.replay.EngineDriver`); opened before the
+    guest programs start, so that building or elaborating it does not eat their time-outs."""
     from roce_hw.config import EngineConfig
-    from roce_hw.engine import RoceEngine
-    from sim.replay import EngineSim, parse_ip, parse_mac
+    from sim.replay import EngineDriver
+    return EngineDriver(EngineConfig(data_width=width, n_qp=n_qp), backend=backend,
+                        local_mac=ENGINE_MAC, local_ip=ENGINE_IP, log=progress)
 
-    def source(cycle, idle):
-        if not bridge.rx_queue:
-            if idle >= idle_cycles:
-                bridge.poll(cycle, timeout=IDLE_WAIT)    # the engine is quiet: wait for the guest
-            elif cycle % 256 == 0:
-                bridge.poll(cycle)
-        if bridge.rx_queue:
-            return bridge.rx_queue.popleft()[1]
-        return None
 
-    def on_tx(frame, cycle, aborted):
-        if aborted:
-            bridge.aborted += 1
-        else:
-            bridge.deliver(frame, cycle)
-
-    def done(cycle, idle):
-        return idle >= idle_cycles and not bridge.rx_queue and finished()
-
-    dut = RoceEngine(EngineConfig(data_width=width, n_qp=n_qp))
-    sim = EngineSim(dut, local_mac=parse_mac(ENGINE_MAC), local_ip=parse_ip(ENGINE_IP),
-                    source=source, on_tx=on_tx, done=done, max_cycles=1 << 62)
-    sim.run(progress=progress)
-    return sim.cycle, sim.counters, sim.qp_table
+def _run_sim(drv, bridge, *, finished, idle_cycles, progress, slice_cycles=SLICE_CYCLES):
+    """The simulated engine (``drv``, :class:`sim.replay.EngineDriver`) on the bridge, in
+    slices: the guest's frames queued so far go in (at the current cycle), the engine runs
+    until a frame leaves ``m_axis_tx`` or for ``slice_cycles`` cycles at most, the frame goes
+    to the guest (:meth:`sim.vm.RxeBridge.deliver` holds until rxe has answered an AckReq);
+    again. Once the engine has been idle ``idle_cycles`` cycles, simulated time stands still
+    while it waits (wall clock) for the guest's next frame; it ends when idle, nothing from the
+    guest is queued and ``finished()``."""
+    t0 = last = time.monotonic()
+    while True:
+        bridge.poll(drv.cycle)
+        while bridge.rx_queue:
+            c, frame = bridge.rx_queue.popleft()
+            drv.send(frame, earliest=c)
+        idle = drv.idle()
+        if idle >= idle_cycles:
+            if finished() and not bridge.rx_queue:
+                break
+            bridge.poll(drv.cycle, timeout=IDLE_WAIT)    # the engine is quiet: wait for the guest
+            continue
+        tx, _ = drv.run(min(slice_cycles, idle_cycles - idle), until_tx=1)
+        for f in tx:
+            if f.tuser:
+                bridge.aborted += 1
+            else:
+                bridge.deliver(f.data, f.last + 1)
+        if time.monotonic() - last > 10:
+            last = time.monotonic()
+            progress(f"  cycle {drv.cycle}: {drv.rx_frames} frames from the guest, "
+                     f"{drv.tx_frames} to it ({time.monotonic() - t0:.0f} s)")
+    drv.finish()
+    return drv.cycle, drv.counters, drv.qp_table
 
 
 class _Programs:
@@ -355,12 +384,14 @@ def check_frames(capture, rounds):
 # -- one run ---------------------------------------------------------------------------------
 def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, period=0,
             n_qp=4, model=False, reopen=True, timeout=600.0, reply_timeout=5.0, seed=1,
-            progress=None, argvs=None, rounds=None):
+            progress=None, argvs=None, rounds=None, backend="amaranth"):
     """One end-to-end run on the booted ``vm`` (booted with ``peer_mac=None`` and the
     repository layer): the guest's neighbour table is flushed (it must ARP for the engine
     again), then the host tool runs once per op of ``ops`` (:func:`host_argv`), one after the
-    other, against one simulated engine (or the model); returns an :class:`E2eRun`.
-    ``argvs``/``rounds`` replace the command lines and the expected connections."""
+    other, against one simulated engine on ``backend`` (:data:`sim.backend.BACKENDS`; or the
+    model); returns an :class:`E2eRun`. ``argvs``/``rounds`` replace the command lines and the
+    expected connections. Raises :class:`sim.backend.BackendUnavailable` when the back end
+    cannot run here (before anything runs in the guest)."""
     from sim.vm import RxeBridge
     progress = progress or (lambda msg: None)
     if argvs is None:
@@ -369,7 +400,8 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
                  for k, op in enumerate(ops)]
     if rounds is None:
         rounds = rounds_of(ops, length=length, count=count, reopen=reopen)
-    run = E2eRun(width=width, model=model, argvs=argvs, boot_seconds=vm.boot_seconds or 0.0)
+    run = E2eRun(width=width, model=model, argvs=argvs, boot_seconds=vm.boot_seconds or 0.0,
+                 backend="model" if model else backend)
     # Every run starts with the guest not knowing the engine's MAC: it must ARP (a guest
     # reused from an earlier run has learnt it; a static entry would bypass the responder).
     vm.call("sh", argv=["/bin/ip", "neigh", "flush", "dev", "eth0"])
@@ -377,19 +409,26 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
     if left["stdout"].strip():
         raise ValueError(f"the guest has a neighbour entry for the engine it cannot forget "
                          f"({left['stdout'].strip()}): boot the VM with peer_mac=None")
-    counters0 = vm.call("counters")
-    bridge = RxeBridge(vm, reply_timeout=reply_timeout)
-    run.bridge = bridge
-    vm.drain_frames()
-    t0 = time.monotonic()
-    programs = _Programs(vm, argvs, timeout, progress)
-    if model:
-        run.cycles, run.counters, run.qp_table = _run_model(
-            bridge, n_qp=n_qp, finished=programs, progress=progress)
-    else:
-        run.cycles, run.counters, run.qp_table = _run_sim(
-            bridge, width=width, n_qp=n_qp, finished=programs,
-            idle_cycles=IDLE_CYCLES + 2 * period, progress=progress)
+    drv = None if model else _open_sim(width=width, n_qp=n_qp, backend=backend,
+                                       progress=progress)
+    try:
+        counters0 = vm.call("counters")
+        bridge = RxeBridge(vm, reply_timeout=reply_timeout)
+        run.bridge = bridge
+        vm.drain_frames()
+        t0 = time.monotonic()
+        programs = _Programs(vm, argvs, timeout, progress)
+        if model:
+            run.cycles, run.counters, run.qp_table = _run_model(
+                bridge, n_qp=n_qp, finished=programs, progress=progress)
+        else:
+            run.cycles, run.counters, run.qp_table = _run_sim(
+                drv, bridge, finished=programs, idle_cycles=IDLE_CYCLES + 2 * period,
+                progress=progress)
+    finally:
+        if drv is not None:
+            run.sim_seconds = drv.sim_seconds
+            drv.close()
     bridge.flush(run.cycles)
     run.run_seconds = time.monotonic() - t0
     run.wait_seconds = bridge.wait_seconds
@@ -429,8 +468,9 @@ def run_e2e(vm, *, width=64, ops=("write", "send_imm"), length=1500, count=3, pe
 def report(run, out=sys.stdout):
     """Print what happened; the last line is ``PASS`` or ``FAIL: reasons``."""
     p = lambda *a: print(*a, file=out)   # noqa: E731
-    p(f"engine: {'frame-level model' if run.model else f'RoceEngine at {run.width} bits'}; "
-      f"guest boot {run.boot_seconds:.1f} s")
+    engine = "frame-level model" if run.model else \
+        f"RoceEngine at {run.width} bits ({run.backend} back end)"
+    p(f"engine: {engine}; guest boot {run.boot_seconds:.1f} s")
     for argv, t in zip(run.argvs, run.tools):
         p(f"guest ran: {' '.join(argv)}  (exit {t.get('rc')}, {t.get('seconds') or 0:.1f} s)")
         summary = t.get("summary")
@@ -475,13 +515,15 @@ def report(run, out=sys.stdout):
         p("engine counters: " + (", ".join(flat) or "all zero"))
     if run.rxe_counters:
         p("rxe counters: " + ", ".join(f"{k} +{v}" for k, v in sorted(run.rxe_counters.items())))
+    sim = "" if run.model else f", {run.sim_seconds:.1f} s simulating"
     p(f"{run.cycles} cycles; run {run.run_seconds:.1f} s, of which {run.wait_seconds:.1f} s "
-      f"held for rxe's ACKs")
+      f"held for rxe's ACKs{sim}")
     p("PASS" if run.ok else "FAIL: " + "; ".join(run.problems))
 
 
 def main(argv=None):
     from roce_hw.config import DATA_WIDTHS
+    from sim.backend import BACKENDS, BackendUnavailable
     ap = argparse.ArgumentParser(
         prog="python -m sim.e2e", description=__doc__.split("\n\n")[0],
         epilog="Exit status: 0 PASS, 1 FAIL, 2 usage or set-up error. The guest image is built "
@@ -503,6 +545,11 @@ def main(argv=None):
                     help="one connection only (default: close, re-open with a new PSN, again)")
     ap.add_argument("--model", action="store_true",
                     help="the frame-level Python model instead of the simulated hardware")
+    ap.add_argument("--backend", choices=BACKENDS, default="amaranth",
+                    help="simulator of the hardware: amaranth (default; Python, no compiler) "
+                         "or verilator (the emitted Verilog compiled by Verilator: needs "
+                         "verilator, g++ and make; built before the guest boots, 1-3 minutes "
+                         "the first time for a width, then cached)")
     ap.add_argument("--pcap", metavar="OUT", default=None,
                     help="write every frame, both directions, with simulated-time stamps")
     ap.add_argument("--timeout", type=float, default=900.0,
@@ -527,6 +574,16 @@ def main(argv=None):
         ap.error("--qps must be 1 to 16384")
     log = (lambda msg: None) if args.quiet else (
         lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.backend == "verilator" and not args.model:
+        # build (or find cached) the Verilator library before the guest boots: a missing
+        # tool fails at once, and the build's minutes are not spent with QEMU running
+        from roce_hw.config import EngineConfig
+        from sim.verilator import build
+        try:
+            build(EngineConfig(data_width=args.width, n_qp=args.qps), top="engine", log=log)
+        except BackendUnavailable as e:
+            print(f"error: --backend verilator: {e}", file=sys.stderr)
+            return 2
     from sim.guest import GUEST_PYTHON, GuestBuildError
     from sim.vm import RxeVM, VMError
     try:
@@ -534,7 +591,10 @@ def main(argv=None):
             run = run_e2e(vm, width=args.width, ops=ops, length=args.length, count=args.count,
                           period=args.period, n_qp=args.qps, model=args.model,
                           reopen=not args.no_reopen, timeout=args.timeout, seed=args.seed,
-                          progress=log)
+                          progress=log, backend=args.backend)
+    except BackendUnavailable as e:
+        print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
+        return 2
     except (GuestBuildError, VMError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,11 +4,18 @@
 Run from the repository root::
 
     python -m sim.replay --width 64 --qps 16 --mac 02:00:00:00:00:01 --ip 10.0.0.1 \\
-        --rx in.pcap --tx out.pcap --json state.json
+        --rx in.pcap --tx out.pcap --json state.json [--backend verilator]
+
+The engine is :class:`roce_hw.top.EngineTop` (:class:`roce_hw.engine.RoceEngine` with flat
+ports, module ``roce_engine``) on a back end of :mod:`sim.backend`: ``--backend amaranth``
+(default: Amaranth's simulator, no compiler needed) or ``--backend verilator`` (the emitted
+Verilog compiled by Verilator, 100 times faster or more; the first build of a width takes 1-3
+minutes, then it is cached). Both give the same output, cycle for cycle. The driver
+(:class:`EngineDriver`) runs the engine in slices of cycles, no Python per cycle.
 
 Every frame of ``--rx`` (pcap or pcapng; Ethernet or Linux cooked captures, see
-:mod:`sim.pcap`) goes into :class:`roce_hw.engine.RoceEngine`'s ``rx`` stream in capture order,
-one beat per cycle with ``valid`` held for the whole frame (``rx.ready`` is constant 1):
+:mod:`sim.pcap`) goes into the engine's ``s_axis_rx`` stream in capture order, one beat per
+cycle with ``tvalid`` held for the whole frame (``s_axis_rx_tready`` is constant 1):
 
 * by default **back to back**, the next frame's first beat in the cycle after the previous
   frame's last beat (line rate: the worst case for the receive path);
@@ -17,9 +24,10 @@ one beat per cycle with ``valid`` held for the whole frame (``rx.ready`` is cons
   first one's, converted to cycles at the width's clock (:data:`sim.traffic.CLOCK_MHZ`), and
   no earlier than the cycle after the previous frame.
 
-Every frame the engine puts on ``tx`` (data frames, CM replies, ARP replies) is written to
-``--tx`` with its simulated time (nanosecond pcap; aborted frames are counted, not written);
-``--other`` also writes the frames that left on ``rx_other``. The simulation ends when all input
+Every frame the engine puts on ``m_axis_tx`` (data frames, CM replies, ARP replies) is written
+to ``--tx`` with its simulated time, the cycle after its last beat (nanosecond pcap; aborted
+frames are counted, not written); ``--other`` also writes the frames that left on
+``m_axis_rx_other``. The simulation ends when all input
 frames are in and the outputs have been quiet for ``--drain`` cycles (default: 2000, or twice
 the longest generator period asked for by a txmeta datagram in the input, plus 2000), or at
 ``--max-cycles`` (a frame being fed in is finished first). Then the final QP table is read
@@ -33,7 +41,8 @@ generator on :class:`roce_hw.model.requester.RequesterModel`) instead of the har
 hardware's output is compared with, and quick to run (its frames are stamped 1 us apart).
 
 Exit status: 0 done; 1 stopped at ``--max-cycles`` before the outputs were quiet; 2 bad
-arguments or an unreadable capture (one line on stderr).
+arguments, an unreadable capture or ``--backend verilator`` without Verilator, g++ or make (one
+line on stderr, naming what to install).
 """
 
 import argparse
@@ -45,16 +54,18 @@ from pathlib import Path
 
 from roce_hw import proto
 from roce_hw.model.engine import EngineModel, arp_reply_frame
-from sim.bfm import ip_str, mac_str, mgmt_read, parse_ip, parse_mac
+from sim.bfm import ip_str, mac_str, parse_ip, parse_mac
 
-__all__ = ["EngineModel", "EngineSim", "ReplayResult", "replay", "read_input", "parse_mac",
-           "parse_ip", "mac_str", "struct_to_dict", "generator_periods", "arp_reply_frame",
-           "main", "DEFAULT_DRAIN"]
+__all__ = ["EngineModel", "EngineDriver", "ReplayResult", "replay", "read_input", "parse_mac",
+           "parse_ip", "mac_str", "struct_to_dict", "nest_counters", "generator_periods",
+           "arp_reply_frame", "main", "DEFAULT_DRAIN", "REPLAY_SLICE"]
 
 #: Quiet cycles on the outputs that end a replay (plus twice the longest generator period).
 DEFAULT_DRAIN = 2000
 #: Default ``--max-cycles``.
 DEFAULT_MAX_CYCLES = 2_000_000
+#: Most cycles one slice of a replay runs (:func:`replay`; progress is shown between slices).
+REPLAY_SLICE = 4096
 
 
 # -- the hardware simulation -----------------------------------------------------------------
@@ -77,164 +88,140 @@ def struct_to_dict(layout, value):
     return out
 
 
-class EngineSim:
-    """Drives a simulated engine frame by frame (the harness of this tool and of
-    :mod:`sim.e2e`).
+def nest_counters(flat):
+    """The flat counter names of :meth:`sim.backend.EngineApi.counters` (``rx_icrc``,
+    ``cm_ok``, ...) nested by block as :func:`roce_hw.engine.engine_counters_layout` declares
+    them: ``{"tx": {...}, "rx": {...}, "cm": {...}}`` (integers, every counter of the layout)."""
+    from roce_hw.engine import engine_counters_layout
+    return {block: {name: int(flat[f"{block}_{name}"]) for name, _ in fld.shape}
+            for block, fld in engine_counters_layout()}
 
-    ``dut`` has the :class:`roce_hw.engine.RoceEngine` ports (any it lacks are skipped): ``rx``
-    is driven one beat per cycle (``ready`` must be 1: the harness checks it), ``tx`` and
-    ``rx_other`` are consumed with ``ready`` held at 1, ``status`` too (reports collected),
-    ``wr``/``i``/``resume``/``ip_id_load`` stay idle.
 
-    The caller supplies:
+class EngineDriver:
+    """The whole engine (:class:`roce_hw.top.EngineTop`) on a :mod:`sim.backend` back end,
+    driven frame by frame in slices of cycles: the harness of this tool and of :mod:`sim.e2e`.
+    No Python runs per cycle (with ``backend="verilator"`` the cycle loop is C++); the caller
+    alternates :meth:`send` (frames into ``s_axis_rx``) and :meth:`run` (a slice of cycles,
+    returning the frames that came out).
 
-    * ``source(cycle, idle) -> bytes | None``: called when ``rx`` is free; the next frame to
-      send now, or ``None`` (``idle`` = cycles since anything moved on any port);
-    * ``on_tx(frame, cycle, aborted)`` and ``on_other(frame, cycle)``: called the cycle a
-      frame's last beat is transferred;
-    * ``done(cycle, idle) -> bool``: checked every cycle while ``rx`` is free.
+    ``s_axis_rx_tready`` is constant 1, so a frame queued by :meth:`send` enters one beat per
+    cycle from its start cycle, known when it is queued: its earliest cycle, or the cycle after
+    the previous frame's last beat plus that frame's ``gap``, whichever is later (the driver
+    checks that the harness took every frame by then). ``m_axis_tx``, ``m_axis_rx_other`` and
+    ``m_status`` are consumed with ``ready`` held at 1 (no random idle or stall).
 
-    :meth:`run` returns when ``done`` says so or at ``max_cycles``; then the QP table is read
-    through ``qp_mgmt_req``/``qp_mgmt_rsp`` (:attr:`qp_table`) and the counters sampled
-    (:attr:`counters`).
+    Movement: the cycle after the last beat of any input or output frame is
+    :attr:`last_move`; :meth:`idle` counts the cycles since then (0 while an input frame is
+    still to come in or a ``m_axis_tx`` frame is part-way out). At the end, :meth:`finish`
+    reads the QP table through the management port (:attr:`qp_table`) and the counters
+    (:attr:`counters`, nested by block).
     """
 
-    def __init__(self, dut, *, local_mac, local_ip, source, on_tx, on_other=None, done,
-                 max_cycles=DEFAULT_MAX_CYCLES, read_table=True):
-        self.dut = dut
-        self.config = getattr(dut, "config", None)
-        self.nbytes = len(dut.rx.payload.data) // 8
-        self.local_mac, self.local_ip = int(local_mac), int(local_ip)
-        self.source, self.on_tx, self.on_other, self.done = source, on_tx, on_other, done
-        self.max_cycles = max_cycles
-        self.read_table = read_table
-        self.cycle = 0
-        self.finished = False
-        self.hit_limit = False
-        self.statuses = []            #: refused-WR reports ``{wr_id, qp, status}``
-        self.qp_table = []            #: rows read at the end, ``dict`` per QP
-        self.counters = {}
+    def __init__(self, config, *, backend="amaranth", local_mac, local_ip, seed=0, log=None):
+        from sim.backend import open_engine
+        self.config = config
+        self.backend = backend
+        self.lanes = config.data_width // 8
+        self.eng = open_engine(config, backend=backend, top="engine", seed=seed, log=log)
+        self.eng.set_addr(parse_mac(local_mac), parse_ip(local_ip))
+        self.rx_free = 0          #: earliest start cycle of the next input frame
+        self.rx_end = 0           #: cycle after the last input beat queued so far
+        self.last_move = 0        #: cycle after the last beat of any frame, in or out
         self.rx_frames = 0
         self.tx_frames = 0
         self.tx_aborted = 0
         self.other_frames = 0
-        self.sim_seconds = 0.0
+        self.statuses = []        #: refused-WR reports ``{wr_id, qp, status}``
+        self.qp_table = []        #: rows read by :meth:`finish`, ``dict`` per QP
+        self.counters = {}        #: nested counters read by :meth:`finish`
+        self.sim_seconds = 0.0    #: wall-clock seconds spent in :meth:`run`
+        self._tx_beats = 0        # beats of the m_axis_tx frames popped so far
 
-    def _has(self, name):
-        return name in getattr(self.dut, "signature").members
+    @property
+    def cycle(self):
+        """Cycles run since reset."""
+        return self.eng.cycle
 
-    async def _bench(self, ctx):
-        dut = self.dut
-        n = self.nbytes
-        if self._has("local_mac"):
-            ctx.set(dut.local_mac, self.local_mac)
-        if self._has("local_ip"):
-            ctx.set(dut.local_ip, self.local_ip)
-        ctx.set(dut.tx.ready, 1)
-        outs = [dut.tx.valid, dut.tx.payload]
-        other = self._has("rx_other")
-        if other:
-            ctx.set(dut.rx_other.ready, 1)
-            outs += [dut.rx_other.valid, dut.rx_other.payload]
-        status = self._has("status")
-        if status:
-            ctx.set(dut.status.ready, 1)
-            outs += [dut.status.valid, dut.status.payload]
-        tx_cur, other_cur = bytearray(), bytearray()
-        beats, idle = [], 0
-        while True:
-            if not beats:
-                if self.done(self.cycle, idle):
-                    break
-                if self.cycle >= self.max_cycles:
-                    self.hit_limit = True
-                    break
-                frame = self.source(self.cycle, idle)
-                if frame is not None:
-                    frame = bytes(frame)
-                    if not frame:
-                        raise ValueError("an empty frame cannot be sent on a stream")
-                    beats = [frame[i:i + n] for i in range(0, len(frame), n)]
-                    beats = [(k == 0, k == len(beats) - 1, b) for k, b in enumerate(beats)]
-                    self.rx_frames += 1
-            if beats:
-                first, last, chunk = beats.pop(0)
-                ctx.set(dut.rx.payload, {"data": int.from_bytes(chunk, "little"),
-                                         "keep": (1 << len(chunk)) - 1, "first": int(first),
-                                         "last": int(last), "abort": 0})
-                ctx.set(dut.rx.valid, 1)
-                if not ctx.get(dut.rx.ready):
-                    raise AssertionError(f"cycle {self.cycle}: rx.ready is 0 (it must be "
-                                         f"constant 1)")
-                idle = 0
-            else:
-                ctx.set(dut.rx.valid, 0)
-            got = await ctx.tick().sample(*outs)
-            self.cycle += 1
-            moved = False
-            valid, p = got[2], got[3]
-            if valid:
-                moved = True
-                tx_cur += int(p.data).to_bytes(n, "little")[:int(p.keep).bit_length()]
-                if p.last:
-                    aborted = bool(p.abort)
-                    self.tx_frames += not aborted
-                    self.tx_aborted += aborted
-                    self.on_tx(bytes(tx_cur), self.cycle, aborted)
-                    tx_cur = bytearray()
-            k = 4
-            if other:
-                valid, p = got[k], got[k + 1]
-                k += 2
-                if valid:
-                    moved = True
-                    other_cur += int(p.data).to_bytes(n, "little")[:int(p.keep).bit_length()]
-                    if p.last:
-                        self.other_frames += 1
-                        if self.on_other is not None:
-                            self.on_other(bytes(other_cur), self.cycle)
-                        other_cur = bytearray()
-            if status and got[k]:
-                p = got[k + 1]
-                self.statuses.append({"wr_id": int(p.wr_id), "qp": int(p.qp),
-                                      "status": int(p.status)})
-            idle = 0 if moved else idle + 1
-        ctx.set(dut.rx.valid, 0)
-        if self.read_table and self._has("qp_mgmt_req"):
-            self.qp_table = await self._read_table(ctx)
-        if self._has("counters"):
-            self.counters = struct_to_dict(dut.counters.shape(), ctx.get(dut.counters))
-        self.finished = True
+    def close(self):
+        self.eng.close()
 
-    async def _read_table(self, ctx):
-        dut = self.dut
-        n_qp = self.config.n_qp if self.config is not None else 1
-        rows = []
-        from roce_hw.layouts import QP_CONTEXT
-        for q in range(n_qp):
-            row = struct_to_dict(QP_CONTEXT, await mgmt_read(ctx, dut, q))
-            rows.append({"qp": q, "qpn": proto.LOCAL_QPN_BASE + q,
-                         **{name: row[name] for name, _ in proto.QP_CONTEXT_FIELDS}})
-        return rows
-
-    def run(self, progress=None, chunk=2048):
-        """Simulate until done; ``progress(text)`` every few seconds."""
-        from amaranth.sim import Simulator
-        sim = Simulator(self.dut)
-        period = 1e-8
-        sim.add_clock(period)
-        sim.add_testbench(self._bench)
-        t0 = last = time.monotonic()
-        now = 0
-        while not self.finished:
-            now += chunk
-            sim.run_until(period * (now + 0.5))
-            if progress is not None and time.monotonic() - last > 5:
-                last = time.monotonic()
-                progress(f"  cycle {self.cycle}: {self.rx_frames} frames in, "
-                         f"{self.tx_frames} out")
-        self.sim_seconds = time.monotonic() - t0
+    def __enter__(self):
         return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start_of(self, earliest=0):
+        """The cycle a frame queued now with ``earliest`` would start in."""
+        return max(int(earliest), self.rx_free, self.cycle)
+
+    def send(self, frame, *, earliest=0, gap=0, tuser=0):
+        """Queue ``frame`` for ``s_axis_rx``, at cycle ``earliest`` at the earliest, ``gap``
+        idle cycles after it; returns its start cycle."""
+        frame = bytes(frame)
+        if not frame:
+            raise ValueError("an empty frame cannot be sent on a stream")
+        start = self.start_of(earliest)
+        end = start + -(-len(frame) // self.lanes)
+        self.eng.push_rx(frame, cycle=start, tuser=tuser)
+        self.rx_free = end + gap
+        self.rx_end = end
+        self.last_move = max(self.last_move, end)
+        self.rx_frames += 1
+        return start
+
+    def tx_in_progress(self):
+        """True while a ``m_axis_tx`` frame is part-way out."""
+        return self.eng.count("tx_beats_total") > self._tx_beats
+
+    def idle(self):
+        """Cycles since the last beat of any frame; 0 while an input frame is still to come
+        in or a ``m_axis_tx`` frame is part-way out."""
+        c = self.cycle
+        if c < self.rx_end or self.tx_in_progress():
+            return 0
+        return max(0, c - self.last_move)
+
+    def run(self, cycles, *, until_tx=0):
+        """Run at most ``cycles`` cycles (stopping early once ``until_tx`` frames have left
+        on ``m_axis_tx``, if given); returns ``(tx, other)``: the
+        :class:`sim.backend.TxFrame` s that left on ``m_axis_tx`` (``tuser`` = aborted) and
+        on ``m_axis_rx_other`` meanwhile. Status reports are kept in :attr:`statuses`."""
+        t0 = time.monotonic()
+        self.eng.run(cycles, until_tx=until_tx)
+        self.sim_seconds += time.monotonic() - t0
+        tx, other = self.eng.pop_tx(), self.eng.pop_rx_other()
+        for f in tx:
+            self._tx_beats += f.beats
+            self.last_move = max(self.last_move, f.last + 1)
+            if f.tuser:
+                self.tx_aborted += 1
+            else:
+                self.tx_frames += 1
+        for f in other:
+            self.last_move = max(self.last_move, f.last + 1)
+        self.other_frames += len(other)
+        self.statuses += [{"wr_id": s["wr_id"], "qp": s["qp"], "status": s["status"]}
+                          for s in self.eng.pop_status()]
+        if self.cycle >= self.rx_end and self.eng.count("rx_pending"):
+            raise AssertionError(f"cycle {self.cycle}: the engine has not taken every input "
+                                 f"frame by the cycle it should have (s_axis_rx_tready must "
+                                 f"be constant 1)")
+        return tx, other
+
+    def finish(self, *, read_table=True):
+        """Read the QP table (unless ``read_table`` is False) through the management port and
+        the counters; returns ``(qp_table, counters)``. The engine runs on meanwhile (the
+        frames it sends then are not collected)."""
+        t0 = time.monotonic()
+        if read_table:
+            rows = self.eng.qp_table()
+            self.qp_table = [{"qp": r["qp"], "qpn": proto.LOCAL_QPN_BASE + r["qp"],
+                              **{name: int(r["ctx"][name]) for name, _ in
+                                 proto.QP_CONTEXT_FIELDS}} for r in rows]
+        self.counters = nest_counters(self.eng.counters())
+        self.sim_seconds += time.monotonic() - t0
+        return self.qp_table, self.counters
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -255,10 +242,12 @@ class ReplayResult:
     sim_seconds: float = 0.0
     drain: int = DEFAULT_DRAIN
     model: bool = False
+    backend: str = "amaranth"                       #: "amaranth", "verilator" or "model"
 
     def to_json(self, *, mac, ip, rx_path=None, tx_path=None):
         return {
             "tool": "sim.replay", "engine": "model" if self.model else "RoceEngine",
+            "backend": self.backend,
             "width": self.width, "n_qp": self.n_qp, "mac": mac_str(mac),
             "ip": ip_str(ip),
             "input": {"path": str(rx_path) if rx_path else None, "frames": self.inputs},
@@ -316,51 +305,71 @@ def _schedule(times, width, gap, timing):
 
 def replay(frames, *, width, n_qp, local_mac, local_ip, gap=0, timing="back-to-back",
            times=None, drain=None, max_cycles=DEFAULT_MAX_CYCLES, model=False, progress=None,
-           config=None):
-    """Replay ``frames`` (bytes) into the engine; returns a :class:`ReplayResult`.
-    ``times`` (seconds) are used with ``timing="capture"``."""
+           config=None, backend="amaranth", slice_cycles=REPLAY_SLICE):
+    """Replay ``frames`` (bytes) into the engine on ``backend`` (:data:`sim.backend.BACKENDS`);
+    returns a :class:`ReplayResult`. ``times`` (seconds) are used with ``timing="capture"``.
+    Raises :class:`sim.backend.BackendUnavailable` when the back end cannot run here.
+
+    The run goes in slices of at most ``slice_cycles`` cycles (progress and the end are checked
+    between slices; the results do not depend on the slice size): every input frame that
+    starts before ``max_cycles`` is queued at its start cycle up front (``s_axis_rx_tready`` is
+    constant 1, so start cycles are known beforehand); a slice never runs past the cycle at
+    which the outputs would have been quiet for ``drain`` cycles, nor past the cycle limit (the
+    end of a frame being fed at ``max_cycles``)."""
     from roce_hw.config import EngineConfig
     frames = [bytes(f) for f in frames]
     if drain is None:
         periods = generator_periods(frames, local_mac=local_mac, local_ip=local_ip)
         drain = DEFAULT_DRAIN + 2 * max(periods, default=0)
-    res = ReplayResult(width=width, n_qp=n_qp, inputs=len(frames), drain=drain, model=model)
+    res = ReplayResult(width=width, n_qp=n_qp, inputs=len(frames), drain=drain, model=model,
+                       backend="model" if model else backend)
     if model:
         return _replay_model(res, frames, local_mac, local_ip)
-    from roce_hw.engine import RoceEngine
     config = config or EngineConfig(data_width=width, n_qp=n_qp)
-    starts = _schedule(times or [0.0] * len(frames), width, gap, timing)
-    state = {"next": 0, "free_at": 0}
-
-    def source(cycle, idle):
-        k = state["next"]
-        if k >= len(frames) or cycle < state["free_at"]:
-            return None
-        if starts[k] is not None and cycle < starts[k]:
-            return None
-        state["next"] = k + 1
-        beats = -(-len(frames[k]) // (width // 8))
-        state["free_at"] = cycle + beats + gap
-        return frames[k]
-
-    def on_tx(frame, cycle, aborted):
-        if not aborted:
-            res.tx.append((cycle, frame))
-
-    def on_other(frame, cycle):
-        res.other.append((cycle, frame))
-
-    def done(cycle, idle):
-        return state["next"] >= len(frames) and cycle >= state["free_at"] and idle >= drain
-
-    dut = RoceEngine(config)
-    sim = EngineSim(dut, local_mac=local_mac, local_ip=local_ip, source=source, on_tx=on_tx,
-                    on_other=on_other, done=done, max_cycles=max_cycles)
-    sim.run(progress=progress)
-    res.aborted = sim.tx_aborted
-    res.qp_table, res.counters, res.statuses = sim.qp_table, sim.counters, sim.statuses
-    res.cycles, res.sim_seconds = sim.cycle, sim.sim_seconds
-    res.stopped = "limit" if sim.hit_limit else "quiet"
+    earliest = _schedule(times or [0.0] * len(frames), width, gap, timing)
+    drv = EngineDriver(config, backend=backend, local_mac=local_mac, local_ip=local_ip,
+                       log=progress)
+    try:
+        fed = 0
+        for frame, e in zip(frames, earliest):
+            if drv.start_of(e or 0) >= max_cycles:
+                break                   # never fed: the run stops at the limit before it
+            drv.send(frame, earliest=e or 0, gap=gap)
+            fed += 1
+        # the limit: max_cycles, or the end of the frame being fed then
+        limit = max(max_cycles, drv.rx_end)
+        t0 = last = time.monotonic()
+        while True:
+            c = drv.cycle
+            idle = drv.idle()
+            if fed == len(frames) and c >= drv.rx_free and idle >= drain:
+                break
+            if c >= limit:
+                res.stopped = "limit"
+                break
+            n = min(slice_cycles, limit - c)
+            if fed == len(frames) and not drv.tx_in_progress():
+                quiet_at = max(drv.rx_free, drv.last_move + drain)
+                if quiet_at > c:
+                    n = min(n, quiet_at - c)
+            tx, other = drv.run(n, until_tx=1 if drv.tx_in_progress() else 0)
+            res.tx += [(f.last + 1, f.data) for f in tx if not f.tuser]
+            res.other += [(f.last + 1, f.data) for f in other]
+            if progress is not None and time.monotonic() - last > 5:
+                last = time.monotonic()
+                progress(f"  cycle {drv.cycle}: {drv.rx_frames} frames in, "
+                         f"{drv.tx_frames} out")
+        res.cycles = drv.cycle
+        wall = time.monotonic() - t0
+        if progress is not None and wall > 0:
+            progress(f"  {res.cycles} cycles in {wall:.1f} s on the {backend} back end "
+                     f"({res.cycles / wall:,.0f} cycles/s)")
+        drv.finish()
+    finally:
+        drv.close()
+    res.aborted = drv.tx_aborted
+    res.qp_table, res.counters, res.statuses = drv.qp_table, drv.counters, drv.statuses
+    res.sim_seconds = drv.sim_seconds
     return res
 
 
@@ -399,6 +408,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None):
     from roce_hw.config import DATA_WIDTHS
+    from sim.backend import BACKENDS, BackendUnavailable
     ap = _Parser(prog="python -m sim.replay", description=__doc__.split("\n\n")[0],
                  epilog="Exit status: 0 done, 1 stopped at --max-cycles, 2 bad arguments or "
                         "unreadable capture.")
@@ -427,6 +437,11 @@ def main(argv=None):
                     help="stop after this many cycles (default: %(default)s)")
     ap.add_argument("--model", action="store_true",
                     help="run the frame-level Python model instead of the hardware")
+    ap.add_argument("--backend", choices=BACKENDS, default="amaranth",
+                    help="simulator of the hardware: amaranth (default; Python, no compiler) "
+                         "or verilator (the emitted Verilog compiled by Verilator: needs "
+                         "verilator, g++ and make; the first build of a width takes 1-3 "
+                         "minutes, then it is cached)")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = ap.parse_args(argv)
 
@@ -453,11 +468,16 @@ def main(argv=None):
         return fail(str(e))
     log = (lambda msg: None) if args.quiet else (
         lambda msg: print(msg, file=sys.stderr, flush=True))
-    log(f"{len(inputs)} frames from {args.rx} into the {'model' if args.model else 'engine'} "
-        f"at {args.width} bits, {args.qps} QPs")
-    res = replay([f for _, f in inputs], times=[t for t, _ in inputs], width=args.width,
-                 n_qp=args.qps, local_mac=mac, local_ip=ip, gap=args.gap, timing=args.timing,
-                 drain=args.drain, max_cycles=args.max_cycles, model=args.model, progress=log)
+    what = "model" if args.model else f"engine ({args.backend} back end)"
+    log(f"{len(inputs)} frames from {args.rx} into the {what} at {args.width} bits, "
+        f"{args.qps} QPs")
+    try:
+        res = replay([f for _, f in inputs], times=[t for t, _ in inputs], width=args.width,
+                     n_qp=args.qps, local_mac=mac, local_ip=ip, gap=args.gap,
+                     timing=args.timing, drain=args.drain, max_cycles=args.max_cycles,
+                     model=args.model, progress=log, backend=args.backend)
+    except BackendUnavailable as e:
+        return fail(f"--backend {args.backend}: {e}")
     from sim.pcap import write_pcap
     from sim.traffic import CLOCK_MHZ
     period = 1e-6 / CLOCK_MHZ[args.width]

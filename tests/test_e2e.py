@@ -2,12 +2,13 @@
 """End to end (:mod:`sim.e2e`): the host tool's ``--verbs rxe0`` mode in the soft-RoCE guest
 against the simulated engine, every frame through the engine's RX path, CM and ARP responder.
 
-The default suite boots the guest once and runs the whole flow at 64 bits (ARP, OPEN, RTS, the
-generator's WRITE and SEND_IMM data byte-exact, rxe ACKing without a NAK, CLOSE, re-open with a
-new PSN, data again). ``--slow`` adds the other widths, the frame-level model and the command
-line. The frame-level checks of :func:`sim.e2e.check_frames` are tested without a guest on
-captures made by the model, clean and spoiled. Without QEMU the guest tests are skipped
-(``apt-get install qemu-system-x86``), except under CI (``CI=true``), where they fail.
+The default suite boots the guest once and runs the whole flow at 64 bits on the Verilator back
+end (ARP, OPEN, RTS, the generator's WRITE and SEND_IMM data byte-exact, rxe ACKing without a
+NAK, CLOSE, re-open with a new PSN, data again). ``--slow`` adds the same on Amaranth's
+simulator, the other widths, the frame-level model and the command line on both back ends.
+The frame-level checks of :func:`sim.e2e.check_frames` are tested without a guest on captures
+made by the model, clean and spoiled. Without QEMU the guest tests are skipped (``apt-get
+install qemu-system-x86``), except under CI (``CI=true``), where they fail.
 """
 
 import io
@@ -264,12 +265,19 @@ def _assert_pass(run):
     return text
 
 
-def test_e2e_64(vm):
+@pytest.mark.parametrize("backend", [
+    pytest.param("verilator", marks=pytest.mark.tools("verilator")),
+    pytest.param("amaranth", marks=pytest.mark.slow)])
+def test_e2e_64(vm, backend):
     """The issue's first "must show" at 64 bits: ARP, OPEN, RTS, WRITE and SEND_IMM data,
-    CLOSE, re-open with a new PSN, data again; rxe ACKs everything, no NAK."""
+    CLOSE, re-open with a new PSN, data again; rxe ACKs everything, no NAK. On the Verilator
+    back end (16 QPs: the build the other Verilator tests use); on Amaranth's under
+    ``--slow``."""
     t0 = time.monotonic()
-    run = e2e.run_e2e(vm, width=64, ops=OPS2, length=1100, count=2, timeout=600)
+    run = e2e.run_e2e(vm, width=64, ops=OPS2, length=1100, count=2, timeout=600, n_qp=16,
+                      backend=backend)
     text = _assert_pass(run)
+    assert run.backend == backend and f"({backend} back end)" in text.splitlines()[0]
     print(text, f"({time.monotonic() - t0:.1f} s)")
 
 
@@ -286,21 +294,43 @@ def test_e2e_model(vm):
 
 
 @pytest.mark.slow
-def test_cli(tmp_path):
+@pytest.mark.parametrize("backend", [
+    "amaranth", pytest.param("verilator", marks=pytest.mark.tools("verilator"))])
+def test_cli(tmp_path, backend):
     _require_qemu()
     pcap = tmp_path / "e2e.pcap"
     r = subprocess.run([sys.executable, "-m", "sim.e2e", "--width", "64", "--ops", "send",
-                        "--length", "300", "--count", "2", "--pcap", str(pcap), "--quiet"],
+                        "--length", "300", "--count", "2", "--pcap", str(pcap), "--quiet",
+                        "--backend", backend, "--qps", "16"],
                        cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "PASS"
+    assert f"({backend} back end)" in r.stdout.splitlines()[0]
     from sim.pcap import read_capture
     frames = read_capture(pcap)
     assert any(p.data[12:14] == b"\x08\x06" for p in frames)            # ARP both ways
 
 
 def test_cli_usage_errors(capsys):
-    for bad in (["--width", "100"], ["--ops", "read"], ["--length", "0"], ["--count", "0"]):
+    for bad in (["--width", "100"], ["--ops", "read"], ["--length", "0"], ["--count", "0"],
+                ["--backend", "vcs"]):
         with pytest.raises(SystemExit) as e:
             e2e.main(bad)
         assert e.value.code == 2
+
+
+def test_cli_backend_verilator_missing(monkeypatch, capsys):
+    """``--backend verilator`` without Verilator or g++: exit 2 with one ``error:`` line naming
+    the package to install, before the guest boots (no QEMU needed)."""
+    import sim.vm
+    which = shutil.which
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(sim.vm, "RxeVM", None)          # booting would fail loudly
+    for tool in ("verilator", "g++"):
+        monkeypatch.setattr(shutil, "which",
+                            lambda name, *a, tool=tool, **k: None if name == tool else
+                            which(name, *a, **k))
+        assert e2e.main(["--backend", "verilator", "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: --backend verilator:"), err
+        assert f"{tool} is not installed" in err and f"apt-get install {tool}" in err, err

@@ -237,109 +237,97 @@ def test_cli_errors(tmp_path, capture):
     assert len(read_capture(tmp_path / "o.pcap")) == 1 + 4 + GEN_COUNT
 
 
-# -- the harness against a stand-in component ------------------------------------------------
-def _loopback(width, n_qp):
-    """A stand-in with RoceEngine's harness ports: ``tx`` echoes ``rx`` one cycle later,
-    ``abort`` set on frames whose first byte is 0xEE; a QP table on the management port;
-    counters ``{rx: {frames}, tx: {frames}}``."""
-    from amaranth.hdl import Module, Mux, Signal
-    from amaranth.lib import data, stream, wiring
-    from amaranth.lib.wiring import In, Out
-    from roce_hw.config import EngineConfig
-    from roce_hw.lib.stream import frame_layout
-    from roce_hw.ctrl.qp_table import QPStateTable
-    from roce_hw.layouts import mgmt_req_layout, mgmt_rsp_layout
-
-    counters = data.StructLayout({"rx": data.StructLayout({"frames": 32}),
-                                  "tx": data.StructLayout({"frames": 16})})
-
-    class Loopback(wiring.Component):
-        def __init__(self):
-            self.config = EngineConfig(data_width=width, n_qp=n_qp)
-            super().__init__({
-                "rx": In(stream.Signature(frame_layout(width))),
-                "tx": Out(stream.Signature(frame_layout(width))),
-                "qp_mgmt_req": In(stream.Signature(mgmt_req_layout(n_qp))),
-                "qp_mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(n_qp))),
-                "local_mac": In(48), "local_ip": In(32), "counters": Out(counters)})
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.table = table = QPStateTable(n_qp)
-            wiring.connect(m, wiring.flipped(self.qp_mgmt_req), table.mgmt_req)
-            wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
-            bad, frame_bad = Signal(), Signal()      # this frame starts with 0xEE
-            rx = self.rx.payload
-            m.d.comb += [self.rx.ready.eq(1),
-                         frame_bad.eq(Mux(rx.first, rx.data[:8] == 0xEE, bad))]
-            with m.If(self.rx.valid):
-                m.d.sync += bad.eq(frame_bad)
-            m.d.sync += [self.tx.valid.eq(self.rx.valid),
-                         self.tx.payload.data.eq(rx.data), self.tx.payload.keep.eq(rx.keep),
-                         self.tx.payload.first.eq(rx.first), self.tx.payload.last.eq(rx.last),
-                         self.tx.payload.abort.eq(rx.last & frame_bad)]
-            with m.If(self.rx.valid & self.rx.payload.last):
-                m.d.sync += self.counters.rx.frames.eq(self.counters.rx.frames + 1)
-            with m.If(self.tx.valid & self.tx.payload.last & ~self.tx.payload.abort):
-                m.d.sync += self.counters.tx.frames.eq(self.counters.tx.frames + 1)
-            return m
-
-    return Loopback()
-
-
+# -- the slice-based driver ------------------------------------------------------------------
 @pytest.mark.parametrize("width", [64, 512])
-def test_harness_with_a_stand_in(width):
-    """EngineSim: frames in back to back, out assembled (aborted ones flagged), the QP table
-    read row by row through the management port, nested counters by name."""
+def test_driver(width):
+    """EngineDriver on the Amaranth back end: frames in back to back (and after a gap), at
+    start cycles known when they are queued; frames out on m_axis_rx_other byte for byte, an
+    ARP reply on m_axis_tx, a frame flagged bad (tuser) dropped; idle() and slices; the QP
+    table read row by row through the management port and the counters nested by name."""
     import random
+    from roce_hw.config import EngineConfig
     rng = random.Random(width)
-    frames = [bytes([0x10 + k]) + rng.randbytes(rng.randrange(0, 150)) for k in range(12)]
-    frames[5] = b"\xEE" + frames[5][1:]
-    got, starts = [], []
-    state = {"k": 0}
-    dut = _loopback(width, 3)
+    others = [bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC) / IP(src=HOST_IP, dst=ENGINE_IP)
+                    / UDP(sport=1000 + k, dport=9999) / Raw(rng.randbytes(rng.randrange(0, 150))))
+              for k in range(5)]
+    others.append(bytes(Ether(src=HOST_MAC, dst=ENGINE_MAC, type=0x88B5) / Raw(b"local" * 9)))
+    arp = bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff")
+                / ARP(op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=ENGINE_IP))
+    lanes = width // 8
+    with rp.EngineDriver(EngineConfig(data_width=width, n_qp=3), local_mac=ENGINE_MAC,
+                         local_ip=ENGINE_IP) as drv:
+        assert drv.backend == "amaranth" and drv.cycle == 0 and drv.idle() == 0
+        starts = [drv.send(f) for f in others[:3]]
+        starts.append(drv.send(arp, gap=7))
+        starts.append(drv.send(arp, tuser=1))            # bad FCS: dropped
+        starts += [drv.send(f) for f in others[3:]]
+        sent = others[:3] + [arp, arp] + others[3:]
+        beats = [-(-len(f) // lanes) for f in sent]
+        assert starts[0] == 0
+        assert [b - a for a, b in zip(starts, starts[1:])] == \
+            [n + (7 if k == 3 else 0) for k, n in enumerate(beats[:-1])]
+        assert drv.rx_end == starts[-1] + beats[-1] and drv.rx_frames == 8
+        tx, other = [], []
+        while drv.cycle < drv.rx_end:                   # in slices of 5 cycles
+            assert drv.idle() == 0
+            t, o = drv.run(5)
+            tx += t
+            other += o
+        while drv.idle() < 100:
+            t, o = drv.run(100 - drv.idle())
+            tx += t
+            other += o
+        assert drv.idle() == 100 and not drv.tx_in_progress()
+        assert [f.data for f in other] == others
+        assert all(a.last < b.first for a, b in zip(other, other[1:]))
+        assert all(f.first >= s for f, s in zip(other, starts[:3] + starts[5:]))
+        (reply,) = tx
+        assert reply.tuser == 0 and reply.first > starts[3]
+        assert Ether(reply.data)[ARP].op == 2 and Ether(reply.data)[ARP].pdst == HOST_IP
+        assert drv.last_move == max(other[-1].last, reply.last) + 1
+        assert (drv.tx_frames, drv.tx_aborted, drv.other_frames) == (1, 0, 6)
+        table, counters = drv.finish()
+    assert [r["qp"] for r in table] == [0, 1, 2] and table is drv.qp_table
+    assert table[1] == {"qp": 1, "qpn": 257, **{name: 0 for name, _ in proto.QP_CONTEXT_FIELDS}}
+    assert set(counters) == {"tx", "rx", "cm"}
+    assert {k: v for k, v in counters["rx"].items() if v} == {
+        "rx_frames": 8, "other": 6, "arp": 1, "mac_bad": 1}
+    # the ARP reply is not a TX engine frame: no tx counter moved
+    assert not any(counters["tx"].values()) and not any(counters["cm"].values())
+    assert drv.statuses == []
 
-    def source(cycle, idle):
-        if state["k"] < len(frames):
-            starts.append(cycle)
-            state["k"] += 1
-            return frames[state["k"] - 1]
-        return None
 
-    sim = rp.EngineSim(dut, local_mac=1, local_ip=2, source=source,
-                       on_tx=lambda f, c, a: got.append((f, a)),
-                       done=lambda cycle, idle: state["k"] == len(frames) and idle >= 20)
-    sim.run()
-    assert [f for f, _ in got] == frames
-    assert [a for _, a in got] == [k == 5 for k in range(12)]
-    beats = [-(-len(f) // (width // 8)) for f in frames]
-    assert [b - a for a, b in zip(starts, starts[1:])] == beats[:-1]       # back to back
-    assert sim.counters == {"rx": {"frames": 12}, "tx": {"frames": 11}}
-    assert sim.tx_frames == 11 and sim.tx_aborted == 1 and sim.rx_frames == 12
-    assert [r["qp"] for r in sim.qp_table] == [0, 1, 2]
-    assert sim.qp_table[1] == {"qp": 1, "qpn": 257,
-                               **{name: 0 for name, _ in proto.QP_CONTEXT_FIELDS}}
+def test_nest_counters():
+    from roce_hw.engine import engine_counters_layout
+    flat = {"cycle": 5}
+    for block, fld in engine_counters_layout():
+        for k, (name, _) in enumerate(fld.shape):
+            flat[f"{block}_{name}"] = len(block) * 100 + k
+    nested = rp.nest_counters(flat)
+    assert nested["rx"]["rx_frames"] == 200 and nested["rx"]["other"] == 204
+    assert nested["cm"]["ok"] == 200 and nested["tx"]["frames"] == 200
+    assert sum(len(v) for v in nested.values()) == len(flat) - 1
 
 
 # -- the hardware ----------------------------------------------------------------------------
-def _replay_cli(d, width, *extra):
-    out = d / f"out{width}.pcap"
-    js = d / f"s{width}.json"
-    other = d / f"other{width}.pcap"
-    r = subprocess.run([sys.executable, "-m", "sim.replay", "--width", str(width), "--qps", "4",
-                        "--mac", ENGINE_MAC, "--ip", ENGINE_IP, "--rx", str(d / "in.pcap"),
-                        "--tx", str(out), "--json", str(js), "--other", str(other), "--quiet",
-                        *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
+def _replay_cli(d, width, *extra, qps=4):
+    tag = f"{width}_{qps}_{'_'.join(extra)}"
+    out, js, other = d / f"out{tag}.pcap", d / f"s{tag}.json", d / f"other{tag}.pcap"
+    r = subprocess.run([sys.executable, "-m", "sim.replay", "--width", str(width),
+                        "--qps", str(qps), "--mac", ENGINE_MAC, "--ip", ENGINE_IP,
+                        "--rx", str(d / "in.pcap"), "--tx", str(out), "--json", str(js),
+                        "--other", str(other), "--quiet", *extra], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     return ([p.data for p in read_capture(out)], [p.data for p in read_capture(other)],
             json.loads(js.read_text()), r.stdout)
 
 
-def _check_hardware(capture, width, *extra):
+def _check_hardware(capture, width, *extra, qps=4):
     d, frames = capture
-    tx, other, doc, stdout = _replay_cli(d, width, *extra)
+    tx, other, doc, stdout = _replay_cli(d, width, *extra, qps=qps)
     _check_outputs(tx)
-    model = rp.replay([f for _, f in frames], width=width, n_qp=4,
+    model = rp.replay([f for _, f in frames], width=width, n_qp=qps,
                       local_mac=rp.parse_mac(ENGINE_MAC), local_ip=rp.parse_ip(ENGINE_IP),
                       model=True)
     # byte for byte as the model, kind by kind (replies and data may interleave differently)
@@ -371,14 +359,20 @@ def test_hardware_replay_widths(capture, width):
     _check_hardware(capture, width)
 
 
-@pytest.mark.slow
+@pytest.mark.tools("verilator")
 def test_hardware_replay_spacing(capture):
-    """Idle cycles between frames and the capture's own time stamps change the timing only."""
-    fast = _check_hardware(capture, 64)
-    gapped = _check_hardware(capture, 64, "--gap", "50")
+    """Idle cycles between frames and the capture's own time stamps change the timing only.
+    On the Verilator back end: the scenario's time stamps are milliseconds apart (scapy builds
+    the frames slowly), about 870,000 cycles at 64 bits, which Amaranth's simulator took more
+    than 15 minutes for."""
+    fast = _check_hardware(capture, 64, "--backend", "verilator", qps=16)
+    gapped = _check_hardware(capture, 64, "--gap", "50", "--backend", "verilator", qps=16)
     assert gapped["cycles"] > fast["cycles"]
-    timed = _check_hardware(capture, 64, "--timing", "capture")
+    timed = _check_hardware(capture, 64, "--timing", "capture", "--backend", "verilator",
+                            qps=16)
     assert timed["qp_table"] == fast["qp_table"]
+    stamps = [p.time for p in read_capture(capture[0] / "in.pcap")]
+    assert timed["cycles"] >= (stamps[-1] - stamps[0]) * 156.25e6
 
 
 def test_hardware_replay_stops_at_the_cycle_limit(tmp_path, capture):
@@ -395,6 +389,90 @@ def test_hardware_replay_stops_at_the_cycle_limit(tmp_path, capture):
     assert 40 <= doc["cycles"] < 40 + 14          # a frame being fed is finished first
 
 
+# -- the two back ends -----------------------------------------------------------------------
+#: Capture time stamps for the scenario's eight frames (``timing="capture"``).
+TIMES = [0.0, 1e-6, 3e-6, 3.5e-6, 9e-6, 10e-6, 20e-6, 21e-6]
+
+
+def _replay_on(backend, frames, width, *, n_qp=16, **kw):
+    return rp.replay(frames, width=width, n_qp=n_qp, local_mac=rp.parse_mac(ENGINE_MAC),
+                     local_ip=rp.parse_ip(ENGINE_IP), backend=backend, **kw)
+
+
+def _assert_same(a, b):
+    """Two replays gave the same output: frames and their cycles, QP table, counters, refused
+    WR reports, end cycle and reason (everything but the wall-clock time and the back end)."""
+    for name in ("inputs", "tx", "aborted", "other", "qp_table", "counters", "statuses",
+                 "cycles", "stopped", "drain"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width", [64, 512])
+def test_backends_give_the_same_replay(capture, width):
+    """The scenario through the Amaranth and the Verilator back ends: the same frames at the
+    same cycles, the same QP table, counters and end; also with the capture's time stamps, a
+    gap and a cycle limit; in slices of 7 cycles instead of 4096, the same again."""
+    frames = [f for _, f in capture[1]]
+    am = _replay_on("amaranth", frames, width)
+    ve = _replay_on("verilator", frames, width)
+    assert (am.backend, ve.backend) == ("amaranth", "verilator")
+    _assert_same(am, ve)
+    _check_outputs([f for _, f in ve.tx])
+    assert ve.stopped == "quiet" and len(ve.tx) == 8 and len(ve.other) == 3
+    assert all(a[0] < b[0] for a, b in zip(ve.tx, ve.tx[1:]))
+    _assert_same(ve, _replay_on("verilator", frames, width, slice_cycles=7))
+    kw = dict(timing="capture", times=TIMES, gap=13, max_cycles=1000)
+    am, ve = _replay_on("amaranth", frames, width, **kw), _replay_on("verilator", frames, width,
+                                                                     **kw)
+    _assert_same(am, ve)
+    assert ve.stopped == "limit" and 1000 <= ve.cycles < 1050 and 0 < len(ve.tx) < 8
+    _assert_same(ve, _replay_on("verilator", frames, width, slice_cycles=7, **kw))
+
+
+@pytest.mark.tools("verilator")
+def test_hardware_replay_cli_verilator(capture):
+    """``python -m sim.replay --backend verilator``: the frames, QP table and counters the model
+    says, and the same pcap (time stamps included) as the Amaranth back end."""
+    from sim.traffic import CLOCK_MHZ
+    d, frames = capture
+    doc = _check_hardware(capture, 64, "--backend", "verilator", qps=16)
+    assert doc["backend"] == "verilator"
+    am = _replay_on("amaranth", [f for _, f in frames], 64)
+    assert doc["cycles"] == am.cycles and doc["counters"] == am.counters
+    got = read_capture(d / "out64_16_--backend_verilator.pcap")
+    assert [p.data for p in got] == [f for _, f in am.tx]
+    period = 1e-6 / CLOCK_MHZ[64]
+    assert [round(p.time * 1e9) for p in got] == [round(c * period * 1e9) for c, _ in am.tx]
+
+
+def test_backend_verilator_missing(tmp_path, capture, monkeypatch, capsys):
+    """``--backend verilator`` without Verilator or g++: exit 2, one ``error:`` line naming the
+    package to install; an unknown back end: exit 2 too."""
+    import shutil
+    d, _ = capture
+    argv = ["--width", "64", "--qps", "4", "--mac", ENGINE_MAC, "--ip", ENGINE_IP,
+            "--rx", str(d / "in.pcap"), "--tx", str(tmp_path / "o.pcap"),
+            "--json", str(tmp_path / "s.json"), "--quiet", "--backend", "verilator"]
+    which = shutil.which
+    monkeypatch.delenv("CXX", raising=False)
+    for tool in ("verilator", "g++"):
+        monkeypatch.setattr(shutil, "which",
+                            lambda name, *a, tool=tool, **k: None if name == tool else
+                            which(name, *a, **k))
+        assert rp.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: --backend verilator:"), err
+        assert f"{tool} is not installed" in err and f"apt-get install {tool}" in err, err
+        assert not (tmp_path / "s.json").exists()
+    monkeypatch.setattr(shutil, "which", which)
+    with pytest.raises(SystemExit) as e:
+        rp.main(argv[:-1] + ["vcs"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "--backend" in err and "verilator" in err, err
+
+
 # -- bursts: every queue of the RX front end holds what arrives back to back ------------------
 def _host(k):
     """Host ``k`` of a burst: its MAC, IP and the fields of its OPEN_QP."""
@@ -403,10 +481,17 @@ def _host(k):
                          loc_base_addr=HOST_VA + (k << 20), loc_ip=ip_int(ip))
 
 
-def _replay_both(frames, width, n_qp):
+def _replay_both(frames, width, n_qp, backend):
     kw = dict(width=width, n_qp=n_qp, local_mac=rp.parse_mac(ENGINE_MAC),
               local_ip=rp.parse_ip(ENGINE_IP))
-    return rp.replay(frames, **kw), rp.replay(frames, model=True, **kw)
+    return rp.replay(frames, backend=backend, **kw), rp.replay(frames, model=True, **kw)
+
+
+#: The burst tests run on the Verilator back end (0.1 s each once built; 16 QPs, the build the
+#: other Verilator tests use); on Amaranth's simulator (10-20 s each) under ``--slow``.
+BACKENDS = pytest.mark.parametrize("backend", [
+    pytest.param("verilator", marks=pytest.mark.tools("verilator")),
+    pytest.param("amaranth", marks=pytest.mark.slow)])
 
 
 def _check_against_model(hw, model, frames):
@@ -426,7 +511,8 @@ def _check_against_model(hw, model, frames):
     assert sum(hw.counters["cm"].values()) == rx["cm"]        # the CM served every datagram
 
 
-def test_cm_burst_of_ten_512():
+@BACKENDS
+def test_cm_burst_of_ten_512(backend):
     """Issue 33, item 1.5: ten CM datagrams back to back at 512 bits (a connection, four
     malformed requests, a close, a MODIFY of the closed QP, the reconnection): the CM queue
     held them all (with 4 entries, ``cm_full`` dropped five and the reconnection never
@@ -445,7 +531,7 @@ def test_cm_burst_of_ten_512():
         dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q, rem_psn=5, **host),  # the QP is closed
         dgram(req_type=R.OPEN_QP, rem_psn=7, **host),                   # reconnection
         dgram(req_type=R.MODIFY_QP_RTS, rem_qpn=q, rem_psn=7, **host))]
-    hw, model = _replay_both(frames, 512, 4)
+    hw, model = _replay_both(frames, 512, 16, backend)
     _check_against_model(hw, model, frames)
     replies = [undgram(bytes(p[UDP].payload)) for p in _classify([f for _, f in hw.tx])["cm"]]
     A = proto.CmAck
@@ -457,7 +543,8 @@ def test_cm_burst_of_ten_512():
     assert (row["remote_qpn"], row["remote_ip"]) == (host["loc_qpn"], ip_int(ip))
 
 
-def test_sixteen_hosts_connect_at_once_64():
+@BACKENDS
+def test_sixteen_hosts_connect_at_once_64(backend):
     """Sixteen hosts connect at once: their OPEN_QP and MODIFY_QP_RTS datagrams, 32 back to
     back at 64 bits, all held by the CM queue and served; each host gets its own QP in RTS."""
     frames = []
@@ -470,7 +557,7 @@ def test_sixteen_hosts_connect_at_once_64():
         frames.append(cm_frame(dgram(req_type=proto.CmReq.MODIFY_QP_RTS,
                                      rem_qpn=proto.LOCAL_QPN_BASE + k, rem_psn=k, **host),
                                mac=mac, ip=ip))
-    hw, model = _replay_both(frames, 64, 16)
+    hw, model = _replay_both(frames, 64, 16, backend)
     _check_against_model(hw, model, frames)
     replies = [(p[IP].dst, undgram(bytes(p[UDP].payload)))
                for p in _classify([f for _, f in hw.tx])["cm"]]
@@ -483,13 +570,14 @@ def test_sixteen_hosts_connect_at_once_64():
         assert (row["remote_qpn"], row["remote_ip"]) == (host["loc_qpn"], ip_int(ip))
 
 
-def test_sixteen_arp_requests_at_once_512():
+@BACKENDS
+def test_sixteen_arp_requests_at_once_512(backend):
     """Sixteen ARP requests back to back at 512 bits (one beat each): the ARP queue holds them
     all (with 4 entries, five were dropped as ``arp_full``) and each host gets its reply."""
     hosts = [_host(k)[:2] for k in range(16)]
     frames = [bytes(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff")
                     / ARP(op=1, hwsrc=mac, psrc=ip, pdst=ENGINE_IP)) for mac, ip in hosts]
-    hw, model = _replay_both(frames, 512, 1)
+    hw, model = _replay_both(frames, 512, 16, backend)
     _check_against_model(hw, model, frames)
     arps = _classify([f for _, f in hw.tx])["arp"]
     assert [(p[ARP].op, p[ARP].hwdst, p[ARP].pdst) for p in arps] == \
