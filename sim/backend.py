@@ -306,6 +306,13 @@ class AmaranthEngine(EngineApi):
         tx_cur = other_cur = None
         ctx.set(t.m_qp_mgmt_rsp_ready, 1)
         quiet_since = 0
+        level = {}
+
+        def put(signal, value):             # handshake levels: only changes cost a ctx.set
+            value = bool(value)
+            if level.get(id(signal)) is not value:
+                level[id(signal)] = value
+                ctx.set(signal, value)
         while True:
             end, until_tx, quiet = self._stop
             if self.cycle == end or (until_tx and len(self._tx) >= until_tx) or \
@@ -326,13 +333,13 @@ class AmaranthEngine(EngineApi):
                 for port, v in zip(wr_ports, self._wrs[0]):
                     ctx.set(port, v)
                 wr_on = True
-            ctx.set(t.s_wr_valid, wr_on)
+            put(t.s_wr_valid, wr_on)
             if has_resume:
                 if not rs_on and self._resumes and not gate and not rng[3].draw():
                     for port, v in zip(rs_ports, self._resumes[0]):
                         ctx.set(port, v)
                     rs_on = True
-                ctx.set(t.s_resume_valid, rs_on)
+                put(t.s_resume_valid, rs_on)
             if not pl_on and self._payloads and not gate and not rng[1].draw():
                 p = self._payloads[0]
                 k = min(n, len(p) - pl_pos)
@@ -340,12 +347,12 @@ class AmaranthEngine(EngineApi):
                 ctx.set(t.s_axis_payload_tkeep, (1 << k) - 1)
                 ctx.set(t.s_axis_payload_tlast, pl_pos + k >= len(p))
                 pl_on = True
-            ctx.set(t.s_axis_payload_tvalid, pl_on)
+            put(t.s_axis_payload_tvalid, pl_on)
             if has_ip:
                 if not ip_on and self._ip_ids:
                     ctx.set(t.s_ip_id_load_value, self._ip_ids[0])
                     ip_on = True
-                ctx.set(t.s_ip_id_load_valid, ip_on)
+                put(t.s_ip_id_load_valid, ip_on)
             if has_rx:
                 if not rx_on and self._rx and self._rx[0][1] <= cycle and not rng[2].draw():
                     f, _, tuser = self._rx[0]
@@ -356,7 +363,7 @@ class AmaranthEngine(EngineApi):
                     ctx.set(t.s_axis_rx_tlast, last)
                     ctx.set(t.s_axis_rx_tuser, bool(tuser) and last)
                     rx_on = True
-                ctx.set(t.s_axis_rx_tvalid, rx_on)
+                put(t.s_axis_rx_tvalid, rx_on)
             if not mgmt_on and not self._mgmt_outstanding and self._mgmt:
                 qp, write, row = self._mgmt[0]
                 ctx.set(t.s_qp_mgmt_req_qp, qp)
@@ -364,14 +371,14 @@ class AmaranthEngine(EngineApi):
                 for port, v in zip(mg_ports, row):
                     ctx.set(port, v)
                 mgmt_on = True
-            ctx.set(t.s_qp_mgmt_req_valid, mgmt_on)
+            put(t.s_qp_mgmt_req_valid, mgmt_on)
             tx_ready = not rng[4].draw()
-            ctx.set(t.m_axis_tx_tready, tx_ready)
+            put(t.m_axis_tx_tready, tx_ready)
             st_ready = not rng[5].draw()
-            ctx.set(t.m_status_ready, st_ready)
+            put(t.m_status_ready, st_ready)
             if has_other:
                 other_ready = not rng[6].draw()
-                ctx.set(t.m_axis_rx_other_tready, other_ready)
+                put(t.m_axis_rx_other_tready, other_ready)
             # 2. sample (settled values before the edge)
             if self._snapshot_period and cycle % self._snapshot_period == 0:
                 self._snapshots.append({"cycle": cycle, **{
