@@ -43,7 +43,7 @@ from collections import namedtuple
 from roce_hw.generate import ToolMissing
 
 __all__ = ["BACKENDS", "TOPS", "STREAMS", "TxFrame", "Splitmix64", "BackendUnavailable",
-           "EngineApi", "AmaranthEngine", "open_engine", "framing_errors"]
+           "EngineApi", "AmaranthEngine", "open_engine", "framing_errors", "tx_kind"]
 
 BACKENDS = ("amaranth", "verilator")
 TOPS = ("engine", "tx")
@@ -67,6 +67,20 @@ TxFrame = namedtuple("TxFrame", "first last data tuser beats ready_first ready_l
 def framing_errors(bits):
     """The texts of a frame's framing ``errors`` bits."""
     return [text for bit, text in FRAMING_ERRORS.items() if bits & bit]
+
+
+def tx_kind(frame):
+    """``"arp"``, ``"cm"`` (IPv4/UDP from the CM port) or ``"data"`` for a frame of
+    ``m_axis_tx``."""
+    from roce_hw import proto
+    ethertype = int.from_bytes(frame[12:14], "big")
+    if ethertype == proto.ETHERTYPE_ARP:
+        return "arp"
+    if ethertype == proto.ETHERTYPE_IPV4 and len(frame) >= 36 and \
+            frame[23] == proto.IP_PROTO_UDP and \
+            int.from_bytes(frame[34:36], "big") == proto.CM_UDP_PORT:
+        return "cm"
+    return "data"
 
 
 def _mix64(z):
@@ -152,6 +166,15 @@ class EngineApi:
             raise ValueError(f"unknown stream(s) {', '.join(sorted(unknown))}; streams: "
                              f"{', '.join(STREAMS)}")
         self._set_thresholds([threshold(float(probs.get(s, 0.0))) for s in STREAMS])
+
+    def pop_tx_by_kind(self):
+        """:meth:`pop_tx`, sorted into ``{"data": [...], "cm": [...], "arp": [...]}``: RoCEv2
+        frames, CM replies (UDP from port 0x4321) and ARP replies, each in order (they share
+        ``m_axis_tx``)."""
+        out = {"data": [], "cm": [], "arp": []}
+        for f in self.pop_tx():
+            out[tx_kind(f.data)].append(f)
+        return out
 
     def pop_counters(self):
         """Counter snapshots taken every :meth:`snapshot_every` cycles:

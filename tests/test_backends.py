@@ -167,3 +167,26 @@ def test_missing_verilator_exits_2(tmp_path, tool):
     assert res.returncode == 2, res.stdout + res.stderr
     assert "error:" in res.stderr and "apt-get install verilator" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.tools("verilator")
+def test_replies_sorted_by_kind():
+    """ARP and CM replies come out of m_axis_tx between data frames; pop_tx_by_kind sorts
+    them (CM/ARP reply queues of the harness)."""
+    config = EngineConfig(data_width=64, n_qp=16)
+    stim = stimulus(config, 21, messages=6, stall=0.0)
+    eng = open_engine(config, backend="verilator", seed=21)
+    eng.set_addr(0x02_00_00_00_00_01, 0x0A_00_00_01)
+    for q in stim["qps"]:
+        eng.write_qp(q)
+    for item in stim["items"]:
+        if item[0] == "wr":
+            eng.post(item[1])
+    for frame, at, tuser in stim["rx"]:
+        eng.push_rx(frame, cycle=at, tuser=tuser)
+    eng.run(100_000, quiet=300)
+    kinds = eng.pop_tx_by_kind()
+    assert len(kinds["arp"]) == 1                 # one good ARP request for the engine
+    assert len(kinds["cm"]) == 2                  # OPEN and MODIFY (the corrupted one: none)
+    assert all(f.data[12:14] == b"\x08\x00" for f in kinds["data"] + kinds["cm"])
+    assert eng.pop_tx() == []
