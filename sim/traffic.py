@@ -266,11 +266,12 @@ def _pmtu_of(qps, index):
     return 256
 
 
-def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
+def requester_model(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
                     ip_id_start=None):
-    """The frames the requester model (:class:`roce_hw.model.requester.RequesterModel`) says
-    the engine sends for ``wrs`` (aborted ones left out); the first IP ID is ``ip_id_start``,
-    by default ``config.ip_id_start``."""
+    """The requester model (:class:`roce_hw.model.requester.RequesterModel`) after the QPs of
+    ``qps`` are written and ``wrs`` posted: its ``frames`` (aborted ones left out),
+    ``statuses`` and ``aborted``. The first IP ID is ``ip_id_start``, by default
+    ``config.ip_id_start``."""
     from roce_hw.model.requester import RequesterModel
     model = RequesterModel(n_qp=config.n_qp, ack_req_every=config.ack_req_every, ttl=config.ttl,
                            ip_id_start=config.ip_id_start if ip_id_start is None
@@ -281,7 +282,15 @@ def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=D
         model.post(qp=w.qp, opcode=w.opcode, payload=w.payload, length=w.wr_length,
                    wr_id=w.wr_id, remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
                    solicited=w.solicited)
-    return model.frames
+    return model
+
+
+def expected_frames(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
+                    ip_id_start=None):
+    """The frames the requester model says the engine sends for ``wrs`` (aborted ones left
+    out); the first IP ID is ``ip_id_start``, by default ``config.ip_id_start``."""
+    return requester_model(config, qps, wrs, local_mac=local_mac, local_ip=local_ip,
+                           ip_id_start=ip_id_start).frames
 
 
 def count_mismatches(got, expect):

@@ -82,6 +82,22 @@ def test_same_outputs_other_qp_counts(n_qp):
     _equivalent(64, "engine", seed=n_qp, n_qp=n_qp)
 
 
+def _loaded(config, stim, seed):
+    """A Verilator engine with ``stim``'s QPs, WRs and received frames queued (no resumes)."""
+    eng = open_engine(config, backend="verilator", seed=seed)
+    eng.set_addr(0x02_00_00_00_00_01, 0x0A_00_00_01)
+    if stim["probs"]:
+        eng.set_random(**stim["probs"])
+    for q in stim["qps"]:
+        eng.write_qp(q)
+    for item in stim["items"]:
+        if item[0] == "wr":
+            eng.post(item[1])
+    for frame, at, tuser in stim["rx"]:
+        eng.push_rx(frame, cycle=at, tuser=tuser)
+    return eng
+
+
 @pytest.mark.tools("verilator")
 def test_slices_change_nothing():
     """A run in one go and the same run in many slices of random lengths give the same outputs,
@@ -92,16 +108,7 @@ def test_slices_change_nothing():
     stim = stimulus(config, 11, messages=12)
     outs = []
     for sliced in (False, True):
-        eng = open_engine(config, backend="verilator", seed=11)
-        eng.set_addr(0x02_00_00_00_00_01, 0x0A_00_00_01)
-        eng.set_random(**stim["probs"])
-        for q in stim["qps"]:
-            eng.write_qp(q)
-        for item in stim["items"]:
-            if item[0] == "wr":
-                eng.post(item[1])
-        for frame, at, tuser in stim["rx"]:
-            eng.push_rx(frame, cycle=at, tuser=tuser)
+        eng = _loaded(config, stim, 11)
         rng = random.Random(5)
         tx = []
         if sliced:
@@ -175,15 +182,7 @@ def test_replies_sorted_by_kind():
     them (CM/ARP reply queues of the harness)."""
     config = EngineConfig(data_width=64, n_qp=16)
     stim = stimulus(config, 21, messages=6, stall=0.0)
-    eng = open_engine(config, backend="verilator", seed=21)
-    eng.set_addr(0x02_00_00_00_00_01, 0x0A_00_00_01)
-    for q in stim["qps"]:
-        eng.write_qp(q)
-    for item in stim["items"]:
-        if item[0] == "wr":
-            eng.post(item[1])
-    for frame, at, tuser in stim["rx"]:
-        eng.push_rx(frame, cycle=at, tuser=tuser)
+    eng = _loaded(config, stim, 21)
     eng.run(100_000, quiet=300)
     kinds = eng.pop_tx_by_kind()
     assert len(kinds["arp"]) == 1                 # one good ARP request for the engine

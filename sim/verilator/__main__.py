@@ -1,17 +1,15 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Check and time the Verilator back end: ``python -m sim.verilator [--width 64 512]
-[--messages 40] [--cycles N] [--seed S] [--stall P] [--equiv] [--no-speed]``.
+"""Check the Verilator back end against the models: ``python -m sim.verilator [--width 64 512]
+[--messages 40] [--seed S] [--stall P] [--equiv]``.
 
 For each width: build (or reuse) the library, set up QPs through the management port, post
 RDMA WRITEs of chosen sizes and a seeded random mix of WRITE/WRITE_IMM/SEND/SEND_IMM
 (:func:`sim.traffic.random_workload`), and check every transmitted frame against the golden
-model (:class:`roce_hw.model.requester.RequesterModel`, as :func:`sim.traffic.expected_frames`
-uses it), every status report (refused WRs: a QP not set up, a length mismatch) and the frame
-and refusal counters. Then time the engine kept busy
-with 1500-byte WRITEs back to back (as :mod:`bench.simspeed` does) through the harness, and the
-same traffic through a plain C++ loop over the same model (the harness overhead). Exit 1 on a
-mismatch. ``--equiv`` also runs a seeded stimulus (:mod:`sim.equiv`) through both back ends
-(whole engine and TX top) and compares every output, cycles included.
+model (:func:`sim.traffic.requester_model`), every status report (refused WRs: a QP not set up,
+a length mismatch) and the frame and refusal counters; then received frames (ARP, other
+traffic) against :class:`roce_hw.model.engine.EngineModel`. Exit 1 on a mismatch. ``--equiv``
+also runs a seeded stimulus (:mod:`sim.equiv`) through both back ends (whole engine and TX top)
+and compares every output, cycles included. Speed: :mod:`bench.simspeed`.
 """
 
 import argparse
@@ -21,15 +19,14 @@ import time
 from roce_hw import proto
 from roce_hw.config import EngineConfig
 from sim.bfm import QPSetup, WorkItem
-from sim.bfm import qp_context
-from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC, count_mismatches, random_workload
+from sim.traffic import (DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC, count_mismatches,
+                         random_workload, requester_model)
 
 SIZES = [1, 7, 8, 9, 64, 100, 1023, 1024, 1025, 2048, 3000, 4109, 0]
 
 
 def check(width, *, messages=40, seed=1, stall=0.0, n_qp=16, log=print):
     """Directed WRITEs and a random mix at ``width``; returns the number of mismatches."""
-    from roce_hw.model.requester import RequesterModel
     from sim.verilator import VerilatorEngine
 
     config = EngineConfig(data_width=width, n_qp=n_qp)
@@ -59,15 +56,8 @@ def check(width, *, messages=40, seed=1, stall=0.0, n_qp=16, log=print):
     tx = eng.pop_tx()
     got = [f[2] for f in tx if not f[3]]
     aborted = sum(1 for f in tx if f[3])
-    model = RequesterModel(n_qp=config.n_qp, ack_req_every=config.ack_req_every, ttl=config.ttl,
-                           ip_id_start=config.ip_id_start, local_mac=DEFAULT_LOCAL_MAC,
-                           local_ip=DEFAULT_LOCAL_IP)
-    for q in qps:
-        model.write_qp(q.index, qp_context(q))
-    for w in wrs:
-        model.post(qp=w.qp, opcode=w.opcode, payload=w.payload, length=w.wr_length,
-                   wr_id=w.wr_id, remote_addr=w.remote_addr, r_key=w.r_key, imm=w.imm,
-                   solicited=w.solicited)
+    model = requester_model(config, qps, wrs, local_mac=DEFAULT_LOCAL_MAC,
+                            local_ip=DEFAULT_LOCAL_IP)
     expect = model.frames
     bad = count_mismatches(got, expect)
     statuses = [{k: s[k] for k in ("wr_id", "qp", "status")} for s in eng.pop_status()]
@@ -163,41 +153,6 @@ def equivalence(width, *, seed=1, top="engine", stall=0.2, messages=24, n_qp=16,
     return len(diffs)
 
 
-def speed(width, *, cycles, n_qp=16, payload=1500, log=print):
-    """Cycles per second with the engine busy on ``payload``-byte WRITEs: through the harness
-    and through a plain C++ loop. Returns a dict."""
-    from sim.verilator import VerilatorEngine
-
-    config = EngineConfig(data_width=width, n_qp=n_qp)
-    q = QPSetup(0, remote_qpn=17, remote_mac=0x020000000002, remote_ip=0x0A000002)
-    body = bytes(range(256)) * (payload // 256) + bytes(payload % 256)
-    row = {"width": width, "cycles": cycles}
-    for mode in ("harness", "bare"):
-        eng = VerilatorEngine(config, seed=0)
-        eng.set_addr(DEFAULT_LOCAL_MAC, DEFAULT_LOCAL_IP)
-        eng.write_qp(q)
-        eng.run(1000, quiet=20)
-        if mode == "harness":
-            n_msgs = cycles // max(1, payload * 8 // width) + 10     # never runs dry
-            for n in range(n_msgs):
-                eng.post(WorkItem(qp=0, opcode=proto.WrOpcode.RDMA_WRITE, payload=body,
-                                  remote_addr=0x1000, r_key=5, wr_id=n + 1))
-            beats0 = eng.count("tx_beats_total")
-            t0 = time.monotonic()
-            eng.run(cycles)
-            wall = time.monotonic() - t0
-            beats = eng.count("tx_beats_total") - beats0
-        else:
-            t0 = time.monotonic()
-            beats = eng.bare_busy(cycles, payload, 0)
-            wall = time.monotonic() - t0
-        row[mode] = {"run_s": round(wall, 3), "cycles_per_s": round(cycles / wall),
-                     "output_busy": round(beats / cycles, 3)}
-        eng.close()
-    row["overhead"] = round(row["bare"]["cycles_per_s"] / row["harness"]["cycles_per_s"], 2)
-    return row
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.verilator",
                                  description=__doc__.split("\n\n")[0])
@@ -206,8 +161,6 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--stall", type=float, default=0.0,
                     help="probability of idle/stall on every stream in the check")
-    ap.add_argument("--cycles", type=int, default=200_000, help="cycles timed per width and loop")
-    ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--equiv", action="store_true",
                     help="also run a short stimulus through the Amaranth simulator and compare "
                          "frames and cycles")
@@ -223,14 +176,6 @@ def main(argv=None):
             for w in args.width:
                 for top in ("engine", "tx"):
                     errors += equivalence(w, seed=args.seed, top=top)
-        if not args.no_speed:
-            print(f"{'W':>5} {'cycles':>8} {'harness c/s':>12} {'busy':>6} {'bare C++ c/s':>13} "
-                  f"{'busy':>6} {'bare/harness':>12}")
-            for w in args.width:
-                r = speed(w, cycles=args.cycles)
-                print(f"{w:>5} {r['cycles']:>8} {r['harness']['cycles_per_s']:>12,} "
-                      f"{r['harness']['output_busy']:>6.1%} {r['bare']['cycles_per_s']:>13,} "
-                      f"{r['bare']['output_busy']:>6.1%} {r['overhead']:>12}", flush=True)
     except VerilatorMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
