@@ -88,8 +88,9 @@ def stimulus(config, seed, *, top="engine", messages=24, stall=0.2):
         kind = {2: 0.0, 5: 0.1, 8: 0.95}.get(n, rng.random())
         if kind > 0.9:
             size = rng.randrange(q.pmtu + 1, 3 * q.pmtu + 5)
-        elif 0.08 <= kind < 0.16:
-            size = max(size, 2)
+        elif kind < 0.16:
+            size = max(size, 2)         # a mismatch keeps length >= 1: a WR of length 0 takes
+                                        # no payload packet, which would shift every later one
         payload = bytes(rng.getrandbits(8) for _ in range(size))
         w = WorkItem(qp=q.index, opcode=rng.choice(_OPS), payload=payload,
                      remote_addr=rng.getrandbits(48), r_key=rng.getrandbits(32),
@@ -97,7 +98,7 @@ def stimulus(config, seed, *, top="engine", messages=24, stall=0.2):
                      signaled=rng.random() < 0.8, wr_id=n + 1)
         if kind < 0.08 and unused is not None:
             w.qp = unused                                  # refused: QP not set up
-        elif kind < 0.16 and size:
+        elif kind < 0.16:
             w.length = size + rng.choice([-1, 1])          # length mismatch: aborted
         items.append(("wr", w))
         if kind > 0.9 and size > q.pmtu:                   # resume part-way into a message
