@@ -77,19 +77,40 @@ def is_reply(frame):
     return udp["src_port"] == proto.CM_UDP_PORT
 
 
-@pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.slow),
-                                   pytest.param(256, marks=pytest.mark.slow),
-                                   pytest.param(1024, marks=pytest.mark.slow)])
-def test_engine_bring_up(width):
-    rng = random.Random(width)
-    cfg = EngineConfig(data_width=width, n_qp=4)
-    dut = RoceEngine(cfg)
+#: The only configurations the default suite builds with Verilator (each other one costs a 1-3
+#: minute build in CI): the whole engine at 64 and 512 bits, 16 QPs, everything else default.
+VERILATOR_CONFIGS = {w: EngineConfig(data_width=w, n_qp=16) for w in (64, 512)}
+
+
+def _verilator(width, seed=0):
+    """The whole engine (``roce_engine``) of :data:`VERILATOR_CONFIGS` on the Verilator back end
+    (:mod:`sim.backend`), its addresses set. Use it in a ``with`` block: the engine must be
+    closed when its test is done, also when the test fails (Verilator's thread context is left
+    dangling when the newest of several live engines of one library is destroyed, and
+    destroying another one afterwards hangs or crashes the process -- as an engine kept alive
+    by the traceback of a failed test, which pytest keeps, would be later)."""
+    from sim.backend import open_engine
+    eng = open_engine(VERILATOR_CONFIGS[width], backend="verilator", seed=seed)
+    eng.set_addr(LOCAL_MAC, LOCAL_IP)
+    return eng
+
+
+def _send(eng, frame, *, step=8):
+    """Offer ``frame`` on ``s_axis_rx`` now and run until its last beat is in."""
+    eng.push_rx(frame, cycle=eng.cycle)
+    while eng.count("rx_pending"):
+        eng.run(step)
+
+
+def _bring_up_plan(cfg, rng):
+    """The bring-up script (ARP, CM OPEN/MODIFY/start of a generator run, other traffic, stop,
+    re-open with a new PSN, another run) and what the models say comes out: ``(script,
+    want_replies, want_data, want_other)``."""
     cm = CmModel(cfg.n_qp, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, cm_pmtu=cfg.cm_pmtu,
                  ttl=cfg.ttl)
     req = RequesterModel(n_qp=cfg.n_qp, ack_req_every=cfg.ack_req_every, ttl=cfg.ttl,
                          ip_id_start=cfg.ip_id_start, local_mac=LOCAL_MAC, local_ip=LOCAL_IP)
-    tx_frames, other_out = [], []
-    want_replies, want_data, want_other = [], [], []
+    want_replies, want_data = [], []
 
     def cm_request(dgram):
         reply = cm.handle(dgram, HOST_MAC, HOST_IP, proto.CM_REPLY_UDP_PORT)
@@ -112,6 +133,7 @@ def test_engine_bring_up(width):
 
     others = other_frames(rng)
     psn1, psn2 = rng.getrandbits(24), rng.getrandbits(24)
+    width = cfg.data_width
     script = [
         ("rx", arp_request(LOCAL_IP)),
         ("rx", cm_request(ref_dgram(1, loc_qpn=0x11, loc_psn=5))),
@@ -128,7 +150,32 @@ def test_engine_bring_up(width):
         ("rx", cm_request(ref_dgram(0, loc_qpn=0x11, rem_qpn=256, tx=(0b0111, 700, 2, 50)))),
     ]
     assert len(want_replies) == 7 and len(want_data) == 3 * 3 + 2 * 1, (want_replies, want_data)
-    want_other = list(others)
+    return script, want_replies, want_data, list(others)
+
+
+def _check_bring_up(tx_frames, other_out, want_replies, want_data, want_other):
+    replies = [f for f in tx_frames if is_reply(f)]
+    data = [f for f in tx_frames if not is_reply(f)]
+    arp = replies.pop(0)
+    assert proto.ARP.unpack(arp, proto.ETH.size)["oper"] == proto.ArpOper.REPLY
+    assert replies == want_replies
+    assert data == want_data
+    assert other_out == want_other
+
+
+@pytest.mark.parametrize("width", [pytest.param(64, marks=pytest.mark.slow),
+                                   pytest.param(512, marks=pytest.mark.slow),
+                                   pytest.param(128, marks=pytest.mark.slow),
+                                   pytest.param(256, marks=pytest.mark.slow),
+                                   pytest.param(1024, marks=pytest.mark.slow)])
+def test_engine_bring_up(width):
+    """RoceEngine in Amaranth's simulator, 4 QPs (the default suite runs
+    :func:`test_engine_bring_up_verilator`)."""
+    rng = random.Random(width)
+    cfg = EngineConfig(data_width=width, n_qp=4)
+    dut = RoceEngine(cfg)
+    script, want_replies, want_data, want_other = _bring_up_plan(cfg, rng)
+    tx_frames, other_out = [], []
     n_tx = 1 + len(want_replies) + len(want_data)
 
     async def driver(ctx):
@@ -155,29 +202,62 @@ def test_engine_bring_up(width):
             other_out.append(await recv_packet(ctx, dut.rx_other, width, rng=rng, p_stall=0.3))
 
     run_simulation(dut, [driver, tx_sink, other_sink], cycles=60000)
-    replies = [f for f in tx_frames if is_reply(f)]
-    data = [f for f in tx_frames if not is_reply(f)]
-    arp = replies.pop(0)
-    assert proto.ARP.unpack(arp, proto.ETH.size)["oper"] == proto.ArpOper.REPLY
-    assert replies == want_replies
-    assert data == want_data
-    assert other_out == want_other
+    _check_bring_up(tx_frames, other_out, want_replies, want_data, want_other)
 
 
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_engine_bring_up_verilator(width, seed):
+    """The bring-up on the whole engine compiled by Verilator (16 QPs): random idle on ``rx``
+    (0.1), stalls on ``tx`` (0.1) and ``rx_other`` (0.3); every frame on ``tx`` and
+    ``rx_other`` the models', and nothing more (the run ends when ``tx`` is quiet)."""
+    from sim.backend import framing_errors
+    rng = random.Random(width + 1000 * seed)
+    script, want_replies, want_data, want_other = _bring_up_plan(VERILATOR_CONFIGS[width], rng)
+    with _verilator(width, seed=width + seed) as eng:
+        eng.set_random(rx=0.1, tx=0.1, other=0.3)
+        for kind, frame in script:
+            if kind == "wait":
+                eng.run(frame)
+                continue
+            _send(eng, frame)
+            # let the CM answer before the next request (a host waits for the reply)
+            eng.run(rng.randrange(0, 40) + 400)
+        assert eng.run(60000, quiet=2000) < 60000, "tx not quiet"
+        tx, other, c = eng.pop_tx(), eng.pop_rx_other(), eng.counters()
+    for f in tx + other:
+        assert not f.errors and not f.tuser, (f, framing_errors(f.errors))
+    assert len(tx) == 1 + len(want_replies) + len(want_data)
+    _check_bring_up([f.data for f in tx], [f.data for f in other], want_replies, want_data,
+                    want_other)
+    assert (c["rx_rx_frames"], c["rx_arp"], c["rx_cm"], c["cm_ok"]) == \
+        (len(script) - 1, 1, len(want_replies), len(want_replies))
+    assert c["rx_other"] == len(want_other) and c["tx_gen_sent"] == 3 + 2
+
+
+def _full_rate_dgrams(count, length):
+    """The CM set-up (OPEN, MODIFY) and the start of a run of ``count`` WRITEs of ``length``
+    bytes, back to back: three datagrams."""
+    return [ref_dgram(1, loc_qpn=0x11), ref_dgram(3, loc_qpn=0x11, rem_qpn=256, rem_psn=100),
+            ref_dgram(0, loc_qpn=0x11, rem_qpn=256, tx=(0b1011, length, count, 0))]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [64, 512])
 def test_other_traffic_at_full_tx_rate(width):
     """Other protocols arrive back to back while the generator sends at full rate: they leave
     on rx_other byte for byte, and the data frames on tx have no idle cycle between their beats
-    nor between frames (the same utilisation as without RX traffic)."""
+    nor between frames (the same utilisation as without RX traffic). RoceEngine in Amaranth's
+    simulator, 2 QPs (the default suite runs
+    :func:`test_other_traffic_at_full_tx_rate_verilator`)."""
     rng = random.Random(3 * width)
     cfg = EngineConfig(data_width=width, n_qp=2)
     dut = RoceEngine(cfg)
     nbytes = width // 8
     count, length = 6, 3000
     others = [f for _ in range(6) for f in other_frames(rng)]
-    setup = [cm_frame(ref_dgram(1, loc_qpn=0x11)),
-             cm_frame(ref_dgram(3, loc_qpn=0x11, rem_qpn=256, rem_psn=100))]
-    start = cm_frame(ref_dgram(0, loc_qpn=0x11, rem_qpn=256, tx=(0b1011, length, count, 0)))
+    *setup, start = [cm_frame(d) for d in _full_rate_dgrams(count, length)]
     beats = []                          # (cycle, is a data beat, last)
     other_out = []
     now = [0]                           # the tx sink's cycle count
@@ -230,6 +310,65 @@ def test_other_traffic_at_full_tx_rate(width):
     # the other frames really went in while the data went out
     assert data_cycles[0] < window[0] and window[1] < data_cycles[-1], (window, data_cycles[0])
     assert len(data_cycles) == data_cycles[-1] - data_cycles[0] + 1, \
+        "idle cycles inside the data traffic"
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("count, length", [(6, 3000), (12, 1500)])
+def test_other_traffic_at_full_tx_rate_verilator(width, count, length):
+    """The same on the whole engine compiled by Verilator (16 QPs): the other frames go in back
+    to back from the cycle the first data frame is out; they leave on ``rx_other`` byte for
+    byte, all of them before the last data beat; the data frames (the models' frames, byte for
+    byte) follow each other with no idle cycle from the first beat of the first to the last beat
+    of the last."""
+    rng = random.Random(3 * width + count)
+    others = [f for _ in range(6) for f in other_frames(rng)]
+    *setup, start = [cm_frame(d) for d in _full_rate_dgrams(count, length)]
+    cfg = VERILATOR_CONFIGS[width]
+    cm = CmModel(cfg.n_qp, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, cm_pmtu=cfg.cm_pmtu,
+                 ttl=cfg.ttl)
+    req = RequesterModel(n_qp=cfg.n_qp, ack_req_every=cfg.ack_req_every, ttl=cfg.ttl,
+                         ip_id_start=cfg.ip_id_start, local_mac=LOCAL_MAC, local_ip=LOCAL_IP)
+    want_replies = [reply_frame(cm.handle(d, HOST_MAC, HOST_IP, proto.CM_REPLY_UDP_PORT),
+                                local_mac=LOCAL_MAC, local_ip=LOCAL_IP, ttl=cfg.ttl)
+                    for d in _full_rate_dgrams(count, length)]
+    gen = cm.generator
+    assert gen is not None
+    req.write_qp(gen.qp, cm.rows[gen.qp])
+    want_data = [s.frame for msg in generator_messages(gen)
+                 for s in req.post(qp=gen.qp, opcode=msg["opcode"], payload=msg["payload"],
+                                   wr_id=msg["wr_id"], remote_addr=msg["remote_addr"],
+                                   r_key=msg["r_key"], imm=msg["imm"] or 0)]
+    assert len(want_data) == count * -(-length // 1024)
+
+    with _verilator(width, seed=width) as eng:
+        for f in setup:
+            _send(eng, f)
+            eng.run(300)
+        _send(eng, start)
+        # until the run has begun (a first data frame is out), whatever the CM's latency
+        tx = []
+        while not any(not is_reply(f.data) for f in tx):
+            eng.run(5000, until_tx=1)
+            assert eng.count("tx"), "no frame on tx in 5000 cycles"
+            tx += eng.pop_tx()
+        window = eng.cycle
+        for f in others:                # back to back, while the data goes out
+            eng.push_rx(f, cycle=window)
+        assert eng.run(40000, quiet=500) < 40000, "tx not quiet"
+        tx += eng.pop_tx()
+        other = eng.pop_rx_other()
+    assert [f.data for f in other] == others
+    assert [f.data for f in tx if is_reply(f.data)] == want_replies
+    data = [f for f in tx if not is_reply(f.data)]
+    assert [f.data for f in data] == want_data
+    assert not any(f.errors or f.tuser for f in tx + other)
+    # the other frames really went in while the data went out (they even came out meanwhile)
+    assert data[0].first < window and other[-1].last < data[-1].last, \
+        (data[0].first, window, other[-1].last, data[-1].last)
+    # no idle cycle inside the data traffic
+    assert sum(f.beats for f in data) == data[-1].last - data[0].first + 1, \
         "idle cycles inside the data traffic"
 
 

@@ -4,9 +4,18 @@
 One hypothesis example is a *sequence* of frames run in one simulation of
 :class:`roce_hw.engine.RoceEngine` from its power-on state: a set-up prefix of valid OPEN/MODIFY
 requests from two hosts, a body of 20 to 40 (``--slow``: 40 to 100) random and mutated frames,
-and a last, valid OPEN from a host never seen before. The simulator is built once per width and
-reset between examples (:meth:`amaranth.sim.Simulator.reset`), which saves the seconds of
-elaboration an example would otherwise cost.
+and a last, valid OPEN from a host never seen before. Two harnesses run the sequences:
+
+* the default suite: the whole engine (``roce_engine``) compiled by Verilator, driven through
+  :mod:`sim.backend` in slices of cycles (:class:`BackendHarness`, a fresh engine per example),
+  in the suite's two Verilator builds, 64 and 512 bits with 16 QPs. The sequences work on QPs
+  0 to 3 as with 4 QPs; rows 4 to 15 are opened by another host (:data:`FILLER`) first and
+  stay its, so the table scans, the full table and the requests past the table (QP 16) are as
+  with 4 QPs;
+* ``--slow``: RoceEngine with 4 QPs in Amaranth's simulator (:class:`EngineHarness`, driven per
+  cycle), built once per width and reset between examples
+  (:meth:`amaranth.sim.Simulator.reset`), which saves the seconds of elaboration an example
+  would otherwise cost.
 
 Frames: host sessions (OPEN by table scan or of a named QP, MODIFY_QP_RTS, a short generator
 run, then stop, CLOSE or FETCH_QP_INFO -- steered while drawing by a copy of the model towards
@@ -38,19 +47,23 @@ other frames follow each other with random gaps, back to back included, also dur
 traffic. :func:`test_flood_is_counted` floods CM datagrams and ARP requests with the MAC's ``tx``
 stalled, and checks that the ``cm_full``/``arp_full`` drops account for every frame.
 
-Default tier: about 340 frames in 12 sequences at 64 bits (about 20 s); ``--slow``: more than
-10,000 frames at 64 and 512 bits. Fixed seeds (``derandomize=True``, or ``@seed``). With ``-s``
-the module prints what the sequences did (frames by outcome counter, CM replies by reason).
+Default tier: 30 sequences at 64 and 30 at 512 bits on Verilator (about 900 body frames a
+width, 4 s a width), and the flood, the requests during a generator run and the checks that a
+wrong model fails, on Verilator; ``--slow`` adds 12 sequences at 64 bits (about 340 frames, 2
+minutes), more than 10,000 frames at 64 and 512 bits and those tests on Amaranth's simulator.
+Fixed seeds (``derandomize=True``, or ``@seed``). With ``-s`` the module prints what the
+sequences did (frames by outcome counter, CM replies by reason).
 """
 
 import copy
+import importlib
 import random
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from roce_hw import proto
@@ -72,7 +85,7 @@ __all__ = []
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     try:
-        import hypothesis.extra._patching  # noqa: F401
+        importlib.import_module("hypothesis.extra._patching")
     except ImportError:
         pass
 
@@ -85,7 +98,16 @@ HOSTS = ((0x02_00_00_00_00_0A, 0x0A_00_00_0A), (0x02_00_00_00_00_0B, 0x0A_00_00_
 NEW_HOST = (0x02_00_00_00_00_0D, 0x0A_00_00_0D)
 OTHER_MAC = 0x02_00_00_00_00_77
 OTHER_IP = 0x0A_00_00_63
+#: The QP rows the sequences work on: the whole table of the Amaranth build (4 QPs). The
+#: Verilator build of the default suite has 16 QPs: rows N_QP and up are then opened by
+#: FILLER at the start of every sequence and stay its (see :func:`filler_frames`), so that the
+#: sequences meet the same free/owned rows and a full table as with 4 QPs.
 N_QP = 4
+#: The table of the default suite's Verilator builds (``EngineConfig(data_width=64 or 512,
+#: n_qp=16)``: no other configuration may be built by the default suite).
+VERILATOR_N_QP = 16
+#: The host that owns rows N_QP and up of a bigger table; it sends nothing else.
+FILLER = (0x02_00_00_00_00_0F, 0x0A_00_00_0F)
 #: Host QPNs: the prefix's QP i belongs to LOC_QPNS[i]; the body draws from all of them.
 LOC_QPNS = (0x11, 0x12, 0x13, 0x14, 0x15)
 REPLY_PORT = proto.CM_REPLY_UDP_PORT
@@ -204,17 +226,39 @@ def prefixes(draw):
     return frames
 
 
+def filler_frames(table):
+    """Named OPENs (and a MODIFY_QP_RTS for every other row) from FILLER for rows N_QP to
+    ``table - 1``: none for the 4-QP table."""
+    frames = []
+    for i in range(N_QP, table):
+        common = dict(loc_ip=FILLER[1], qpn=0x100 + i, psn=0x1000 * i, r_key=i,
+                      base_addr=i << 32, engine_psn=0x10000 * i)
+        frames.append(cm_frame(dg.open_request(**common, engine_qpn=Q + i), FILLER))
+        if i % 2:
+            frames.append(cm_frame(dg.rts_request(**common, engine_qpn=Q + i), FILLER))
+    return frames
+
+
+def _rows(table):
+    """The engine QP index a CM request names: one of the N_QP rows, or just past the table;
+    with a bigger table also FILLER's rows."""
+    rows = st.sampled_from(range(N_QP)) | st.just(table)
+    if table > N_QP:
+        rows = rows | st.integers(N_QP, table - 1)
+    return rows
+
+
 @st.composite
-def cm_frames(draw):
+def cm_frames(draw, table=N_QP):
     """A CM request frame: a valid request of any kind from one of the hosts (or a stranger),
-    sometimes with random field values."""
+    sometimes with random field values; ``table``: the QP table's size."""
     who = draw(st.sampled_from((0, 0, 0, 0, 1, 1, 1, 1, 2, 3)))     # mostly the owners A, B
     host = HOSTS[who] if who < 3 else (draw(st.integers(0, BROADCAST)), draw(u32))
     ip = host[1]
     kind = draw(st.sampled_from(("open", "open_named", "modify", "close", "fetch", "start",
                                  "start", "stop")))
     qpn = draw(st.sampled_from(LOC_QPNS) | u24)
-    eq = Q + draw(st.sampled_from(range(N_QP)) | st.just(N_QP))   # N_QP: past the table
+    eq = Q + draw(_rows(table))                   # table: past the table
     if kind in ("open", "open_named", "modify"):
         make = dg.rts_request if kind == "modify" else dg.open_request
         extra = {} if kind == "open" else {"engine_qpn": eq}
@@ -277,12 +321,12 @@ def arp_frames(draw):
 
 
 @st.composite
-def roce_frames(draw):
+def roce_frames(draw, table=N_QP):
     """RoCEv2 frames with a good iCRC, to the engine (mostly) or elsewhere."""
     mac, ip = HOSTS[draw(st.integers(0, 2))]
     path = QPPath(src_mac=mac, dst_mac=draw(st.sampled_from((LOCAL_MAC, LOCAL_MAC, OTHER_MAC))),
                   src_ip=ip, dst_ip=draw(st.sampled_from((LOCAL_IP, LOCAL_IP, OTHER_IP))),
-                  dest_qp=Q + draw(st.integers(0, N_QP)), udp_sport=draw(u32) & 0xFFFF)
+                  dest_qp=Q + draw(st.integers(0, table)), udp_sport=draw(u32) & 0xFFFF)
     kind = draw(st.sampled_from(("ack", "ack", "cnp", "send", "write")))
     if kind == "ack":
         return build_ack_frame(path, psn=draw(u24), msn=draw(u24),
@@ -415,16 +459,20 @@ class Item:
     gap: int = 0
 
 
-KIND_STRATEGIES = {"cm": cm_frames(), "arp": arp_frames(), "roce": roce_frames(),
-                   "other": other_frames(), "random": random_frames()}
+def kind_strategies(table=N_QP):
+    return {"cm": cm_frames(table), "arp": arp_frames(), "roce": roce_frames(table),
+            "other": other_frames(), "random": random_frames()}
+
+
+KIND_STRATEGIES = {N_QP: kind_strategies(N_QP), VERILATOR_N_QP: kind_strategies(VERILATOR_N_QP)}
 
 
 @st.composite
-def items(draw):
+def items(draw, table=N_QP):
     """One frame of any kind, mutated 4 times in 10, flagged bad by the MAC once in 20."""
     kind = draw(st.sampled_from(("cm", "cm", "cm", "arp", "arp", "roce", "roce", "other",
                                  "other", "random")))
-    frame = draw(KIND_STRATEGIES[kind])
+    frame = draw(KIND_STRATEGIES[table][kind])
     if draw(_chance(10, 4)):
         frame = draw(mutate(frame))
     return Item(frame, bad=draw(_chance(20, 1)), gap=draw(GAPS))
@@ -488,17 +536,18 @@ def guide_model(n_qp=N_QP):
 
 
 @st.composite
-def sequences(draw, min_size, max_size):
+def sequences(draw, min_size, max_size, table=N_QP):
     """``(prefix frames, body items, p_idle, seed, p_stall)``: the body is single frames and
     host sessions, ``min_size`` to ``max_size`` frames; ``p_idle`` is the chance of an idle
-    cycle before a beat on ``rx``, ``p_stall`` of ``tx.ready`` low in a cycle."""
-    prefix = draw(prefixes())
-    guide = guide_model()
+    cycle before a beat on ``rx``, ``p_stall`` of ``tx.ready`` low in a cycle. For a QP table
+    of ``table`` rows (more than N_QP: the prefix starts with :func:`filler_frames`)."""
+    prefix = filler_frames(table) + draw(prefixes())
+    guide = guide_model(table)
     for f in prefix:
         guide.receive(f)
     body = []
     while len(body) < min_size or (len(body) < max_size and draw(_chance(max_size, max_size - 3))):
-        new = draw(sessions(guide.rows)) if draw(_chance(4, 1)) else [draw(items())]
+        new = draw(sessions(guide.rows)) if draw(_chance(4, 1)) else [draw(items(table))]
         for it in new:
             guide.receive(it.frame, bad=it.bad)
         body += new
@@ -759,14 +808,164 @@ class EngineHarness:
         return self
 
 
+class BackendHarness:
+    """:class:`EngineHarness`'s scripts on a back end of :mod:`sim.backend` (the whole engine,
+    ``roce_engine``; the Verilator back end in the default suite), driven in slices of cycles,
+    a fresh engine for every script. The same steps and results, with these differences:
+
+    * ``rx`` idle (``p_idle``) and ``tx`` stalls (``p_stall``) are the back end's per-stream
+      generators (seeded by the script's ``seed``), and ``rx`` carries zeros beyond ``keep``;
+    * ``rx.ready`` must be high in every cycle a beat is offered: each frame is given exactly
+      the cycles its beats and the ``rx`` stream's idle draws take (the generator replayed
+      here, :class:`sim.backend.Splitmix64`), and must be in after them;
+    * ``("tx_ready", 0)`` sets the ``tx`` stall probability to its maximum (ready high in 1
+      cycle in 2**32) and ``("tx_ready", 1)`` checks that ``ready`` stayed low meanwhile;
+    * a ``("quiet", ...)`` step is checked every :attr:`STEP` cycles (``None``: ``tx`` silent
+      for 100 cycles, as the back end counts it, and everything counted);
+    * every frame on ``tx`` and ``rx_other`` must have good framing (no ``keep`` hole, full
+      beats before the last, no empty beat)."""
+
+    STEP = 8
+
+    def __init__(self, width, n_qp, backend="verilator"):
+        self.cfg = EngineConfig(data_width=width, n_qp=n_qp)
+        self.backend = backend
+        self.nbytes = width // 8
+
+    def run(self, script, *, seed=0, p_idle=0.0, p_stall=0.0):
+        """Run ``script`` on a fresh engine, closed when done, also on a failure (Verilator's
+        thread context is left dangling when the newest of several live engines of a library
+        is destroyed, and destroying another one afterwards hangs or crashes the process -- as
+        an engine kept alive by the traceback of a failed example would be, later)."""
+        from sim.backend import open_engine
+        with open_engine(self.cfg, backend=self.backend, seed=seed) as eng:
+            return self._run(eng, script, seed, p_idle, p_stall)
+
+    def _run(self, eng, script, seed, p_idle, p_stall):
+        from sim.backend import STREAMS, Splitmix64, framing_errors, threshold
+        eng.set_addr(LOCAL_MAC, LOCAL_IP)
+        rx_draws = Splitmix64(seed, STREAMS.index("rx"))
+        rx_draws.threshold = threshold(p_idle)
+        eng.set_random(rx=p_idle, tx=p_stall)
+        self.tx, self.tx_aborted, self.other, self.statuses = [], 0, [], []
+        self.timeouts, self.tables, self.marks = [], {}, {}
+        self.sent = 0
+        held = None
+        n = self.nbytes
+        t0 = time.monotonic()
+
+        def collect():
+            for f in eng.pop_tx():
+                assert not f.errors, f"tx frame ending in cycle {f.last}: " + \
+                    ", ".join(framing_errors(f.errors))
+                if f.tuser:
+                    self.tx_aborted += 1
+                else:
+                    self.tx.append((f.last, f.data))
+            for f in eng.pop_rx_other():
+                assert not f.errors and not f.tuser, f"rx_other frame ending in cycle " \
+                    f"{f.last}: " + ", ".join(framing_errors(f.errors))
+                self.other.append((f.last, f.data))
+            self.statuses += [{k: r[k] for k in ("wr_id", "qp", "status")}
+                              for r in eng.pop_status()]
+
+        def settled():
+            c = eng.counters()
+            return c["rx_rx_frames"] == self.sent and \
+                sum(c["cm_" + k] for k in CM_COUNTERS) == c["rx_cm"]
+
+        def quiet(want, timeout, label):
+            end = eng.cycle + timeout
+            while True:
+                collect()
+                left = end - eng.cycle
+                if want is None:
+                    # tx silent for 100 cycles (run() stops as soon as it is: at once when
+                    # it already is) and everything counted
+                    if left > 0:
+                        k = min(left, 100)
+                        if eng.run(k, quiet=100) < k:
+                            collect()
+                            if settled():
+                                return
+                            eng.run(max(0, min(self.STEP, end - eng.cycle)))
+                        continue
+                else:
+                    if isinstance(want, int):
+                        enough = len(self.tx) >= want
+                    else:
+                        enough = sum(tx_kind(f) == want[0] for _, f in self.tx) >= want[1]
+                    if enough and settled():
+                        return
+                    if left > 0:
+                        eng.run(min(self.STEP, left))
+                        continue
+                self.timeouts.append(label)
+                return
+
+        def send(it):
+            beats = -(-len(it.frame) // n)
+            cycles = beats
+            for _ in range(beats):
+                while rx_draws.draw():
+                    cycles += 1
+            eng.push_rx(it.frame, cycle=eng.cycle, tuser=int(it.bad))
+            eng.run(cycles)
+            assert not eng.count("rx_pending"), \
+                f"cycle {eng.cycle}: rx.ready was low (a frame of {beats} beats not in after " \
+                f"{cycles} cycles)"
+            self.sent += 1
+            eng.run(it.gap)
+
+        def read_table(name):
+            rows = eng.qp_table()
+            assert [r["qp"] for r in rows] == list(range(self.cfg.n_qp)), rows
+            assert not any(r["error"] for r in rows), rows
+            self.tables[name] = [{k: r["ctx"][k] for k, _ in proto.QP_CONTEXT_FIELDS}
+                                 for r in rows]
+            collect()
+            self.marks[name] = len(self.tx)
+
+        for step in script:
+            if step[0] == "send":
+                send(step[1])
+            elif step[0] == "quiet":
+                quiet(*step[1:])
+            elif step[0] == "idle":
+                eng.run(step[1])
+            elif step[0] == "table":
+                read_table(step[1])
+            elif step[0] == "tx_ready":
+                if step[1]:
+                    assert held is not None and eng.count("tx_ready_cycles") == held, \
+                        "tx.ready was not held low"
+                    held = None
+                    eng.set_random(rx=p_idle, tx=p_stall)
+                else:
+                    eng.set_random(rx=p_idle, tx=1.0 - 2.0 ** -32)
+                    held = eng.count("tx_ready_cycles")
+            else:
+                raise ValueError(step)
+        collect()
+        flat = eng.counters()
+        self.counters = {block: {name[len(block) + 1:]: v for name, v in flat.items()
+                                 if name.startswith(block + "_")}
+                         for block in ("tx", "rx", "cm")}
+        self.cycle = eng.cycle
+        self.seconds = time.monotonic() - t0
+        return self
+
+
 _HARNESSES = {}
 
 
-def harness(width, n_qp=N_QP):
-    """One :class:`EngineHarness` per build, reused by every example."""
-    key = (width, n_qp)
+def harness(width, n_qp=N_QP, backend="amaranth"):
+    """One :class:`EngineHarness` per build, reused by every example (Amaranth), or a
+    :class:`BackendHarness` (``backend="verilator"``)."""
+    key = (width, n_qp, backend)
     if key not in _HARNESSES:
-        _HARNESSES[key] = EngineHarness(width, n_qp)
+        _HARNESSES[key] = EngineHarness(width, n_qp) if backend == "amaranth" else \
+            BackendHarness(width, n_qp, backend)
     return _HARNESSES[key]
 
 
@@ -794,9 +993,11 @@ STATS = {"examples": 0, "frames": 0, "seconds": 0.0, "cycles": 0, "left_out": 0,
          "rx": dict.fromkeys(OUTCOMES, 0), "cm": dict.fromkeys(CM_COUNTERS, 0)}
 
 
-def run_sequence(width, prefix, body, p_idle, seed, p_stall=0.0, *, n_qp=N_QP):
+def run_sequence(width, prefix, body, p_idle, seed, p_stall=0.0, *, n_qp=N_QP,
+                 backend="amaranth"):
     """Simulate ``prefix`` + ``body`` + :func:`final_open` and check everything (see the module
-    docstring). Returns the harness."""
+    docstring) on ``backend`` (``"verilator"``: :class:`BackendHarness`). Returns the
+    harness."""
     cfg = EngineConfig(data_width=width, n_qp=n_qp)
     plan = [Item(f) for f in prefix] + list(body) + [Item(final_open())]
     pred = predict(plan, cfg)
@@ -815,7 +1016,7 @@ def run_sequence(width, prefix, body, p_idle, seed, p_stall=0.0, *, n_qp=N_QP):
         script.append(("send", it))
     script += [("quiet", pred.tx_before[-1], 2000 + 4 * pred.tx_cycles[-1], "at the end"),
                ("idle", 150), ("table", "end")]
-    h = harness(width, n_qp).run(script, seed=seed, p_idle=p_idle, p_stall=p_stall)
+    h = harness(width, n_qp, backend).run(script, seed=seed, p_idle=p_idle, p_stall=p_stall)
     m = pred.model
 
     def where(k):
@@ -898,11 +1099,54 @@ def report():
               f"  cm {STATS['cm']}")
 
 
+@pytest.fixture(autouse=True)
+def _build_once(monkeypatch):
+    """Every :class:`BackendHarness` run opens a fresh engine, and ``sim.verilator.build`` hashes
+    the emitted Verilog and runs ``verilator --version`` at every open (0.1 s): look the library
+    up once per configuration in this module."""
+    import sim.verilator
+    real = sim.verilator.build
+
+    def build(config, *, top="engine", log=None, jobs=None):
+        if (config, top) not in _LIBRARIES:
+            _LIBRARIES[config, top] = real(config, top=top, log=log, jobs=jobs)
+        return _LIBRARIES[config, top]
+    monkeypatch.setattr(sim.verilator, "build", build)
+
+
+_LIBRARIES = {}
+
+
+@pytest.mark.slow
 @settings(FUZZ, max_examples=12)
 @given(sequences(20, 40))
 def test_fuzz_engine_64(seq):
-    """A few hundred random and mutated frames at 64 bits (12 sequences)."""
+    """A few hundred random and mutated frames at 64 bits (12 sequences), RoceEngine with 4 QPs
+    in Amaranth's simulator; the default suite runs :func:`test_fuzz_engine_verilator`."""
     run_sequence(64, *seq)
+
+
+#: Sequences per width of :func:`test_fuzz_engine_verilator`.
+VERILATOR_EXAMPLES = 30
+#: No shrinking on Verilator: in the 5 minutes hypothesis gives it, it would try some 1,500
+#: sequences (0.2 s each) and its record of them grows by about 1 MB a sequence. A failure names
+#: the input frame and the bytes that differ; the falsifying example is printed as drawn.
+VERILATOR_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width", [64, 512])
+def test_fuzz_engine_verilator(width):
+    """The fuzz sequences on the whole engine compiled by Verilator, 16 QPs (rows 4 to 15
+    FILLER's, the sequences work on rows 0 to 3 as with 4 QPs): 30 sequences a width (about 900
+    frames besides the set-up)."""
+    @settings(FUZZ, max_examples=VERILATOR_EXAMPLES, phases=VERILATOR_PHASES)
+    @given(sequences(20, 40, VERILATOR_N_QP))
+    def run(seq):
+        run_sequence(width, *seq, n_qp=VERILATOR_N_QP, backend="verilator")
+    before = STATS["frames"]
+    run()
+    assert STATS["frames"] - before >= VERILATOR_EXAMPLES * 20
 
 
 @pytest.mark.slow
@@ -942,8 +1186,19 @@ def _flood_frames(n_cm, n_arp):
     return out
 
 
-@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow)])
-def test_flood_is_counted(width):
+#: ``(width, n_qp, backend)`` of the tests that run one build on both back ends: the Verilator
+#: builds of the default suite (16 QPs), and RoceEngine with 4 QPs in Amaranth's simulator
+#: (``--slow``).
+BUILDS = [pytest.param(64, VERILATOR_N_QP, "verilator", marks=pytest.mark.tools("verilator"),
+                         id="verilator-64"),
+            pytest.param(512, VERILATOR_N_QP, "verilator",
+                         marks=pytest.mark.tools("verilator"), id="verilator-512"),
+            pytest.param(64, N_QP, "amaranth", marks=pytest.mark.slow, id="amaranth-64"),
+            pytest.param(512, N_QP, "amaranth", marks=pytest.mark.slow, id="amaranth-512")]
+
+
+@pytest.mark.parametrize("width, n_qp, backend", BUILDS)
+def test_flood_is_counted(width, n_qp, backend):
     """CM datagrams and ARP requests back to back while the MAC holds ``tx`` (the replies
     cannot leave): the queues overflow, and every frame is either answered or counted as
     ``cm_full``/``arp_full``; the datagrams that got through are answered exactly as the model
@@ -965,7 +1220,7 @@ def test_flood_is_counted(width):
     script += [("idle", 300), ("tx_ready", 1), ("quiet", None, 20000, "after the flood"),
                ("table", "flood"), ("send", Item(final_open())),
                ("quiet", None, 5000, "final OPEN"), ("table", "end")]
-    h = harness(width).run(script, seed=width)
+    h = harness(width, n_qp, backend).run(script, seed=width)
     assert not h.timeouts, h.timeouts
     rx, cm = h.counters["rx"], h.counters["cm"]
     total = len(setup) + len(flood) + 1
@@ -990,7 +1245,7 @@ def test_flood_is_counted(width):
         assert [f for _, f in h.tx if tx_kind(f) == kind] == [f for _, f in pred.tx[kind]], kind
     m = pred.model
     assert h.tables["end"] == [{k: int(m.rows[q][k]) for k, _ in proto.QP_CONTEXT_FIELDS}
-                               for q in range(N_QP)]
+                               for q in range(n_qp)]
     assert cm == m.counters["cm"], (cm, m.counters["cm"])
     last = cm_reply_fields(h.tx[-1][1])
     assert (last["ack_type"], last["loc_qpn"]) == (proto.CmAck.ACK, Q + 1)
@@ -1019,10 +1274,11 @@ def _wrong_count(self, result, taken=True):
 _ORIGINAL = {}
 
 
+@pytest.mark.parametrize("width, n_qp, backend", BUILDS[:1] + BUILDS[2:3])
 @pytest.mark.parametrize("fault,words", [("fetch", "cm frame 2 differs"),
                                          ("modify", "cm frame 2 differs|QP 0 differs"),
                                          ("count", "rx counters differ")])
-def test_a_wrong_model_is_caught(monkeypatch, fault, words):
+def test_a_wrong_model_is_caught(monkeypatch, fault, words, width, n_qp, backend):
     """The comparison is live: a model that answers FETCH_QP_INFO with another PSN, writes
     another R_Key on MODIFY_QP_RTS, or counts passed-on frames as dropped fails the check."""
     from roce_hw.model.cm import CmModel
@@ -1041,22 +1297,21 @@ def test_a_wrong_model_is_caught(monkeypatch, fault, words):
             Item(arp_frame(sender=HOSTS[1])),
             Item(pad60(eth(LOCAL_MAC, mac, proto.ETHERTYPE_IPV4)
                        + ipv4(ip, LOCAL_IP, proto.IP_PROTO_UDP, udp(1, 9, b"x" * 20))))]
-    run_sequence(64, prefix, body, 0.0, 1)               # right as it is
+    run_sequence(width, prefix, body, 0.0, 1, n_qp=n_qp, backend=backend)   # right as it is
     monkeypatch.setattr(target, name, fn)
     with pytest.raises(AssertionError, match=words):
-        run_sequence(64, prefix, body, 0.0, 1)
+        run_sequence(width, prefix, body, 0.0, 1, n_qp=n_qp, backend=backend)
 
 
 # -- requests while the generator runs ---------------------------------------------------------
-def test_requests_while_the_generator_runs():
+@pytest.mark.parametrize("width, n_qp, backend", BUILDS[:1] + BUILDS[2:3])
+def test_requests_while_the_generator_runs(width, n_qp, backend):
     """Requests that arrive while the generator runs on QP 0 (owner A): a start on QP 1 from
     its owner B gets NAK ``busy``, B's CLOSE of QP 1 is obeyed and does not stop the run on
     QP 0, a stranger's CLOSE of QP 0 is refused; every message of the run arrives as the model
     sends it, and the rows are the model's."""
-    width = 64
-    (mac_a, ip_a), (mac_b, ip_b) = HOSTS[0], HOSTS[1]
-    m = guide_model()
-    cfg = EngineConfig(data_width=width, n_qp=N_QP)
+    ip_a, ip_b = HOSTS[0][1], HOSTS[1][1]
+    m = guide_model(n_qp)
     setup = []
     for host, i, qpn in ((HOSTS[0], 0, 0x11), (HOSTS[1], 1, 0x22)):
         setup += [cm_frame(dg.open_request(loc_ip=host[1], qpn=qpn, psn=7, r_key=0x100 + i,
@@ -1104,7 +1359,7 @@ def test_requests_while_the_generator_runs():
                ("quiet", ("data", len(want["data"])), 20 * count * period, "the run"),
                ("send", Item(final_open())),
                ("quiet", ("cm", n_cm + 1), 3000, "final OPEN"), ("idle", 200), ("table", "end")]
-    h = harness(width).run(script, seed=5)
+    h = harness(width, n_qp, backend).run(script, seed=5)
     assert not h.timeouts, h.timeouts
     got = {k: [f for _, f in h.tx if tx_kind(f) == k] for k in ("cm", "data")}
     assert got == want
@@ -1116,7 +1371,7 @@ def test_requests_while_the_generator_runs():
                                                                  last_data)
     assert h.tables["during"][1] == CmModel.zero_row()
     assert h.tables["end"] == [{k: int(m.rows[q][k]) for k, _ in proto.QP_CONTEXT_FIELDS}
-                               for q in range(N_QP)]
+                               for q in range(n_qp)]
     assert h.counters["cm"] == m.counters["cm"]
 
 

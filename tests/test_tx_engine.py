@@ -225,6 +225,84 @@ def simulate(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=
     return res
 
 
+#: The only configurations the default suite builds with Verilator (each other one costs a 1-3
+#: minute build in CI): the whole engine (top "engine") at 64 and 512 bits, 16 QPs, everything
+#: else default.
+VERILATOR_CONFIGS = {w: EngineConfig(data_width=w, n_qp=16) for w in (64, 512)}
+# VERILATOR_CLOSE: every Verilator engine is closed as soon as its test is done with it (a
+# ``with`` block), also when the test fails. Verilator's thread context is left dangling when
+# the newest of several live engines of one library is destroyed, and destroying another one
+# afterwards hangs or crashes the process -- as an engine kept alive by the traceback of a
+# failed test (pytest keeps ``sys.last_traceback``) would be, later.
+
+
+def simulate_verilator(config, qps, wrs, *, seed=0, p_wr_idle=0.0, p_in_idle=0.0, p_stall=0.0,
+                       p_status_stall=0.0, max_cycles=None, ip_id_load=None, mgmt_noise=None):
+    """:func:`simulate` on the Verilator back end (:mod:`sim.backend`): the whole engine
+    (``RoceEngine`` in its ``roce_engine`` top, its RX idle) instead of ``TxEngine``; the same
+    result dict (``frames`` ``[(bytes, aborted, first_cycle, beats)]``, ``statuses``, the
+    counters, ``wr_cycles``) plus ``tx``, the back end's :class:`sim.backend.TxFrame` list.
+    Random idle on ``wr`` and ``payload``, stalls on ``tx`` and ``status`` from the back end's
+    per-stream generators (seeded by ``seed``). WRs only (the back end's ``wr`` and ``resume``
+    queues are not ordered with each other). ``mgmt_noise``: management writes (state RESET)
+    to that row, one after the other, from the first WR until every WR and payload is in."""
+    from sim.backend import framing_errors, open_engine
+    assert config in VERILATOR_CONFIGS.values(), \
+        f"{config} is not one of the default suite's Verilator builds"
+    assert not any(isinstance(x, Resume) for x in wrs)
+    n = config.data_bytes
+    if max_cycles is None:
+        total = sum(len(x.payload) for x in wrs)
+        max_cycles = 4000 + 8 * (total // n + 40 * len(wrs))
+        if p_wr_idle or p_in_idle or p_stall:
+            max_cycles *= 4
+    # closed when done, also on a failure: see VERILATOR_CLOSE
+    with open_engine(config, backend="verilator", seed=seed) as eng:
+        eng.set_addr(LOCAL_MAC, LOCAL_IP)
+        eng.set_random(wr=p_wr_idle, payload=p_in_idle, tx=p_stall, status=p_status_stall)
+        for q in qps:
+            eng.write_qp(q)
+        if ip_id_load is not None:
+            eng.push_ip_id(ip_id_load)
+        for x in wrs:
+            eng.push_wr({"wr_id": x.wr_id, "opcode": int(x.opcode), "qp": x.qp,
+                         "remote_addr": x.remote_addr, "r_key": x.r_key, "length": x.length,
+                         "imm": x.imm, "signaled": 1, "solicited": int(x.solicited)})
+            eng.push_payload(x.payload)
+        if mgmt_noise is not None:
+            # the set-up writes first (WRs and payload wait for them), then the noise, which the
+            # WRs and their payload must not wait for
+            while eng.count("mgmt_pending") or eng.count("mgmt_outstanding"):
+                eng.run(1)
+            eng.set_wr_waits_mgmt(False)
+            noise = {"state": proto.QPState.RESET}
+            while eng.count("wr_pending") or eng.count("payload_pending"):
+                if eng.cycle > max_cycles:
+                    break
+                while eng.count("mgmt_pending") < 64:
+                    eng.push_mgmt(mgmt_noise, 1, noise)
+                eng.run(32)
+        budget = max(1, max_cycles - eng.cycle)
+        ran = eng.run(budget, quiet=300)
+        tx = eng.pop_tx()
+        if ran == budget or eng.count("wr_pending") or eng.count("payload_pending"):
+            got = [(f.data.hex(), f.tuser) for f in tx]
+            raise TimeoutError(f"not done in {max_cycles} cycles: {eng.count('wrs_accepted')}/"
+                               f"{len(wrs)} WRs accepted, frames so far {got}, statuses "
+                               f"{eng.pop_status()}")
+        for k, f in enumerate(tx):
+            assert not f.errors, f"frame {k}: {', '.join(framing_errors(f.errors))}"
+        c = eng.counters()
+        mgmt = eng.pop_mgmt_rsp()
+        assert not any(r["error"] for r in mgmt), [r for r in mgmt if r["error"]][:3]
+        statuses = [{k: s[k] for k in ("wr_id", "qp", "status")} for s in eng.pop_status()]
+        return {"frames": [(f.data, bool(f.tuser), f.first, f.beats) for f in tx], "tx": tx,
+                "statuses": statuses,
+                "wr_cycles": eng.pop_wr_accepts(), "dropped": c["tx_status_dropped"],
+                "n_frames": c["tx_frames"], "n_aborted": c["tx_frames_aborted"],
+                "n_refused": c["tx_wrs_refused"], "mgmt": mgmt, "cycles": eng.cycle}
+
+
 def check(config, qps, wrs, res, *, scapy_frames=1000, ip_id_start=None,
           reconfig=None):
     """Compare a simulation with :func:`expected`, byte for byte; returns the frames."""
@@ -326,10 +404,22 @@ def make_wrs(rng, qps, count, *, max_len=None, errors=False):
     return wrs
 
 
-def _random_run(width, seed, *, count=40, errors=True, idle=True):
+def _random_run(width, seed, *, count=40, errors=True, idle=True, backend="amaranth"):
+    """Random WRs on 5 QPs of every PMTU (lengths 0 to 3 PMTU + 17; with ``errors``, length
+    mismatches and WRs for a QP not in RTS and for an unused row), random idle and stalls on
+    every stream with ``idle``: the frames equal the requester model's, byte for byte.
+
+    On ``backend="verilator"`` the whole engine runs in its default configuration
+    (``ack_req_every`` 64, the seed's ``ip_id_start`` loaded at run time through ``ip_id_load``);
+    on Amaranth ``TxEngine`` with the seed's ``ack_req_every`` (1, 3 or 64) and ``ip_id_start``.
+    The WRs are the same for a seed either way."""
     rng = random.Random(seed)
-    config = EngineConfig(data_width=width, n_qp=16, ack_req_every=rng.choice([1, 3, 64]),
-                          ip_id_start=rng.randrange(1 << 16))
+    ack_req_every, ip_id = rng.choice([1, 3, 64]), rng.randrange(1 << 16)
+    if backend == "verilator":
+        config = VERILATOR_CONFIGS[width]
+    else:
+        config = EngineConfig(data_width=width, n_qp=16, ack_req_every=ack_req_every,
+                              ip_id_start=ip_id)
     qps = make_qps(rng, 5)
     wrs = make_wrs(rng, qps, count, errors=errors)
     if errors:
@@ -340,14 +430,34 @@ def _random_run(width, seed, *, count=40, errors=True, idle=True):
             wrs.insert(rng.randrange(len(wrs)), WR(wr_id=rng.randrange(1 << 64), opcode=WO.SEND,
                                                    qp=qp, payload=b"xyz" * qp, length=3 * qp))
     p = 0.3 if idle else 0.0
+    if backend == "verilator":
+        res = simulate_verilator(config, qps, wrs, seed=seed, p_wr_idle=p, p_in_idle=p,
+                                 p_stall=p, p_status_stall=p, ip_id_load=ip_id)
+        return check(config, qps, wrs, res, ip_id_start=ip_id)
     res = simulate(config, qps, wrs, seed=seed, p_wr_idle=p, p_in_idle=p, p_stall=p,
                    p_status_stall=p)
     return check(config, qps, wrs, res)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [64, 512])
 def test_random_wrs_match_golden_model(width):
+    """TxEngine alone, ``ack_req_every`` 1 (both seeds); the default suite runs
+    :func:`test_random_wrs_verilator` instead."""
     _random_run(width, seed=100 + width)
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("seed, count, idle, errors", [(100, 40, True, True),
+                                                       (1, 120, True, False),
+                                                       (2, 60, False, True)])
+def test_random_wrs_verilator(width, seed, count, idle, errors):
+    """The random WR runs on the whole engine compiled by Verilator: the seeds of
+    :func:`test_random_wrs_match_golden_model`, a longer run without refusals and one without
+    random idle/stalls."""
+    _random_run(width, seed=seed + width, count=count, idle=idle, errors=errors,
+                backend="verilator")
 
 
 @pytest.mark.slow
@@ -431,25 +541,55 @@ def test_unread_status_never_hangs_the_engine():
     assert len(frames) == 7
 
 
-def _stream(width, length, count, pmtu, opcode=WO.RDMA_WRITE):
+def _stream(width, length, count, pmtu, opcode=WO.RDMA_WRITE, backend="amaranth"):
     rng = random.Random(length)
     config = EngineConfig(data_width=width)
     qps = make_qps(rng, 1, pmtus=(pmtu,))
     wrs = [WR(k, opcode, 0, rng.randbytes(length), length, 0x10000 * k, 9)
            for k in range(count)]
-    res = simulate(config, qps, wrs, seed=1)
+    if backend == "verilator":
+        res = simulate_verilator(config, qps, wrs, seed=1)
+    else:
+        res = simulate(config, qps, wrs, seed=1)
     check(config, qps, wrs, res, scapy_frames=3)
     return res
 
 
+def _no_idle_cycle(res):
+    """Frames (:class:`sim.backend.TxFrame`, ``tx`` ready every cycle) with a beat in every
+    cycle from the first beat of the first to the last beat of the last."""
+    tx = res["tx"]
+    assert tx and all(f.last - f.first + 1 == f.beats for f in tx), \
+        [(f.first, f.last, f.beats) for f in tx if f.last - f.first + 1 != f.beats][:3]
+    gaps = [(k, a.last, b.first) for k, (a, b) in enumerate(zip(tx, tx[1:]))
+            if b.first != a.last + 1]
+    assert not gaps, f"idle cycles between frames (frame, last beat, next first beat): {gaps[:5]}"
+    assert sum(f.beats for f in tx) == tx[-1].last - tx[0].first + 1
+
+
 @pytest.mark.parametrize("width, length, count, pmtu", [
-    (64, 64, 40, 1024), (512, 64, 120, 1024), (64, 8192, 2, 4096), (512, 65536, 2, 4096)])
+    (64, 64, 40, 1024), pytest.param(512, 64, 120, 1024, marks=pytest.mark.slow),
+    pytest.param(64, 8192, 2, 4096, marks=pytest.mark.slow),
+    pytest.param(512, 65536, 2, 4096, marks=pytest.mark.slow)])
 def test_back_to_back_frames_at_line_rate(width, length, count, pmtu):
     """o always ready, inputs always valid: a beat in every cycle from the first to the last
-    (no idle cycle between frames or between header and payload)."""
+    (no idle cycle between frames or between header and payload). TxEngine alone in Amaranth's
+    simulator; the default suite runs the long cases on the whole engine compiled by Verilator
+    (:func:`test_back_to_back_verilator`), these with --slow."""
     res = _stream(width, length, count, pmtu)
     bc = res["beat_cycles"]
     assert bc[-1] - bc[0] + 1 == len(bc)
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width, length, count, pmtu", [
+    (64, 64, 40, 1024), (512, 64, 120, 1024), (64, 8192, 2, 4096), (512, 65536, 2, 4096),
+    (64, 65536, 3, 256), (512, 65536, 8, 1024)])
+def test_back_to_back_verilator(width, length, count, pmtu):
+    """The same on the whole engine compiled by Verilator (WRs through its WR mux): ``tx``
+    always ready, ``wr`` and ``payload`` always valid, a beat in every cycle from the first
+    frame's first beat to the last frame's last; every frame the requester model's."""
+    _no_idle_cycle(_stream(width, length, count, pmtu, backend="verilator"))
 
 
 @pytest.mark.slow
@@ -559,16 +699,35 @@ def test_huge_messages_are_given_up_at_once(width):
     assert [(s["wr_id"], s["status"]) for s in res["statuses"]] == [(1, 1), (3, 1), (4, 2)]
 
 
-@pytest.mark.parametrize("width", [64, 1024])
+@pytest.mark.parametrize("width", [pytest.param(64, marks=pytest.mark.slow), 1024])
 def test_write_backs_wait_for_management_writes(width):
     """Back-to-back small messages on few QPs while management writes to another row keep
-    taking the table's write port: PSNs stay right (write-backs queue, forwarding covers)."""
+    taking the table's write port: PSNs stay right (write-backs queue, forwarding covers).
+    TxEngine alone; 64 bits runs on Verilator by default (:func:`test_write_backs_verilator`)."""
     rng = random.Random(width + 5)
     config = EngineConfig(data_width=width)
     qps = make_qps(rng, 2)
     wrs = make_wrs(rng, qps, 60, max_len=300, errors=True)
     res = simulate(config, qps, wrs, seed=width, mgmt_noise=15)
     check(config, qps, wrs, res)
+
+
+@pytest.mark.tools("verilator")
+@pytest.mark.parametrize("width, count", [(64, 60), (512, 60), (64, 400)])
+def test_write_backs_verilator(width, count):
+    """The same on the whole engine compiled by Verilator: management writes to row 15, one
+    after the other (every other cycle), while the WRs go in; the frames equal the requester
+    model's, and the writes really were made while the frames went out."""
+    rng = random.Random(width + 5 + (count != 60))
+    config = VERILATOR_CONFIGS[width]
+    qps = make_qps(rng, 2)
+    wrs = make_wrs(rng, qps, count, max_len=300, errors=True)
+    res = simulate_verilator(config, qps, wrs, seed=width, mgmt_noise=15)
+    check(config, qps, wrs, res)
+    tx = res["tx"]
+    during = [r for r in res["mgmt"] if r["qp"] == 15 and tx[0].first <= r["cycle"] <= tx[-1].last]
+    span = tx[-1].last - tx[0].first
+    assert len(during) > span // 4, (len(during), span)
 
 
 def test_1024_qps():
