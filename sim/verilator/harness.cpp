@@ -366,13 +366,22 @@ const char* rh_names(int which) {
     return "";
 }
 
+// Verilator keeps a per-thread "current context": several models live at once (one per
+// Harness), so every entry point that evaluates or destroys a model makes its own context
+// current first (else closing the newest model first leaves a dangling one: hang or crash).
+static inline Harness* use(void* p) {
+    Harness* h = static_cast<Harness*>(p);
+    Verilated::threadContextp(&h->ctx);
+    return h;
+}
+
 void* rh_create(uint64_t seed, int reset_cycles) {
     Harness* h = new Harness(seed);
-    h->reset(reset_cycles);
+    use(h)->reset(reset_cycles);
     return h;
 }
 void rh_destroy(void* p) {
-    Harness* h = static_cast<Harness*>(p);
+    Harness* h = use(p);
     h->top.final();
     delete h;
 }
@@ -423,7 +432,7 @@ void rh_push_mgmt(void* p, uint64_t qp, int write, const uint64_t* ctx) {
 // beat seen for `quiet` cycles (counted across calls: slicing a run changes nothing). The stop
 // conditions are checked before every cycle. Returns the cycles run.
 uint64_t rh_run(void* p, uint64_t max_cycles, uint64_t until_tx, uint64_t quiet) {
-    Harness* h = static_cast<Harness*>(p);
+    Harness* h = use(p);
     uint64_t start = h->cycle, end = start + max_cycles;
     while (h->cycle < end) {
         if (until_tx && h->tx.size() >= until_tx) break;
@@ -539,7 +548,7 @@ int rh_snapshot_pop(void* p, uint64_t* out) {
 // ready. Leaves the engine mid-stream: for benchmarks only, destroy the handle afterwards.
 // Returns the tx beats seen.
 uint64_t rh_bare_busy(void* p, uint64_t n, uint32_t length, uint32_t qp) {
-    Harness* h = static_cast<Harness*>(p);
+    Harness* h = use(p);
     Vtop& t = h->top;
     std::vector<uint8_t> body(length);
     for (uint32_t i = 0; i < length; ++i) body[i] = uint8_t(i);
