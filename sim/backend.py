@@ -43,7 +43,8 @@ from collections import namedtuple
 from roce_hw.generate import ToolMissing
 
 __all__ = ["BACKENDS", "TOPS", "STREAMS", "TxFrame", "Splitmix64", "BackendUnavailable",
-           "EngineApi", "AmaranthEngine", "open_engine", "framing_errors", "tx_kind"]
+           "EngineApi", "AmaranthEngine", "open_engine", "framing_errors", "tx_kind",
+           "FEATURES", "counter_ports"]
 
 BACKENDS = ("amaranth", "verilator")
 TOPS = ("engine", "tx")
@@ -62,6 +63,20 @@ _MASK = (1 << 64) - 1
 #: (from reset) at its first and its last beat, and its framing errors (bits of
 #: :data:`FRAMING_ERRORS`; 0 for a good frame).
 TxFrame = namedtuple("TxFrame", "first last data tuser beats ready_first ready_last errors")
+
+
+#: The optional streams a top may have, as (flag, port that shows it): ``HAS_<flag>`` in the
+#: Verilator harness's ``ports_gen.h``, ``features`` of both back ends.
+FEATURES = (("RX", "s_axis_rx_tdata"), ("RX_OTHER", "m_axis_rx_other_tdata"),
+            ("RESUME", "s_resume_valid"), ("IP_ID_LOAD", "s_ip_id_load_valid"))
+
+
+def counter_ports(ports):
+    """The counter outputs of a top (``ports``: ``[(direction, width, name)]``): every output
+    that is not part of a stream (``s_*``, ``m_*``), as ``[(port name, short name)]``
+    (``counters_rx_icrc`` -> ``rx_icrc``)."""
+    return [(n, n[len("counters_"):] if n.startswith("counters_") else n)
+            for d, _, n in ports if d == "output" and not n.startswith(("s_", "m_"))]
 
 
 def framing_errors(bits):
@@ -210,15 +225,11 @@ class AmaranthEngine(EngineApi):
         self._resume_fields = [n[9:] for n in members if n.startswith("s_resume_")
                                and n not in ("s_resume_valid", "s_resume_ready")]
         self.ctx_fields = [n[18:] for n in members if n.startswith("s_qp_mgmt_req_ctx_")]
-        self._counter_ports = [n for n, m in members.items() if m.flow == Out
-                               and not n.startswith(("s_", "m_"))]
-        self.counter_names = [n[9:] if n.startswith("counters_") else n
-                              for n in self._counter_ports]
-        self.features = {f for f, port in (("RX", "s_axis_rx_tdata"),
-                                           ("RX_OTHER", "m_axis_rx_other_tdata"),
-                                           ("RESUME", "s_resume_valid"),
-                                           ("IP_ID_LOAD", "s_ip_id_load_valid"))
-                         if port in members}
+        counters = counter_ports([("output" if m.flow == Out else "input", None, n)
+                                  for n, m in members.items()])
+        self._counter_ports = [port for port, _ in counters]
+        self.counter_names = [name for _, name in counters]
+        self.features = {f for f, port in FEATURES if port in members}
         self._rng = [Splitmix64(seed, i) for i in range(len(STREAMS))]
         self.wr_waits_mgmt = True
         self._addr = (0, 0)

@@ -24,7 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from sim.backend import STREAMS, TOPS, BackendUnavailable, EngineApi, TxFrame
+from sim.backend import (FEATURES, STREAMS, TOPS, BackendUnavailable, EngineApi, TxFrame,
+                         counter_ports)
 
 __all__ = ["HARNESS", "VERILATOR_FLAGS", "VerilatorMissing", "build", "VerilatorEngine",
            "ports_header", "check_tools"]
@@ -67,18 +68,6 @@ def _ports(path):
         width = int(parts[1][1:].split(":")[0]) + 1 if len(parts) == 3 else 1
         out.append((parts[0], width, parts[-1]))
     return out
-
-
-#: The optional streams a top may have, as (flag in ports_gen.h, port that shows it).
-FEATURES = (("RX", "s_axis_rx_tdata"), ("RX_OTHER", "m_axis_rx_other_tdata"),
-            ("RESUME", "s_resume_valid"), ("IP_ID_LOAD", "s_ip_id_load_valid"))
-
-
-def counter_ports(ports):
-    """The counter outputs of a top: every output that is not part of a stream (``s_*``,
-    ``m_*``), as ``[(port name, short name)]`` (``counters_rx_icrc`` -> ``rx_icrc``)."""
-    return [(n, n[len("counters_"):] if n.startswith("counters_") else n)
-            for d, _, n in ports if d == "output" and not n.startswith(("s_", "m_"))]
 
 
 def ports_header(ports):
