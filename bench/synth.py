@@ -151,6 +151,12 @@ def _cm(width):
     return CmResponder(EngineConfig(data_width=width))
 
 
+def _ack(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.ctrl.ack import AckHandler
+    return AckHandler(EngineConfig(data_width=width))
+
+
 #: Benchmarkable designs by name.
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
@@ -167,6 +173,7 @@ DESIGNS = {
                                         "(EngineConfig defaults)"),
     "rx_front": Design(_rx_front, "RX front end: checks, classification, iCRC check, queues"),
     "cm": Design(_cm, "connection-manager responder (16 QPs; width-independent)"),
+    "ack": Design(_ack, "ACK handler (16 QPs; width-independent)"),
 }
 
 #: Names that expand to several designs.

@@ -8,12 +8,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import check_config
+from .ctrl.ack import AckHandler, ack_counters_layout
 from .ctrl.cm import CmResponder, cm_counters_layout
 from .ctrl.generator import TrafficGenerator
 from .ctrl.qp_table import QPStateTable
 from .ctrl.reply import ReplyBuilder
 from .ctrl.wrmux import WrMux
-from .layouts import mgmt_req_layout, mgmt_rsp_layout
+from .layouts import (QPReadSignature, mgmt_req_layout, mgmt_rsp_layout, qp_index_width,
+                      una_upd_layout)
 from .lib.arbiter import FrameArbiter
 from .lib.compose import connect_through
 from .lib.reqrsp import RequestArbiter
@@ -41,19 +43,33 @@ class TxEngine(wiring.Component):
         one response per request, in order. A WR transferred after a management write's
         response has been received sees the write.
 
+    With ``ack_port`` (the whole engine's, for its ACK handler), also:
+
+    sending : as :class:`~roce_hw.tx.path.TxPath`'s
+    ack_rd : ``In(QPReadSignature(idx_width))``
+        The QP table's ``ack_rd`` read port.
+    una_upd : ``In(stream.Signature(una_upd_layout(n_qp)))``
+        The QP table's ``una_upd`` write-back (tied off without ``ack_port``).
+
     Raises
     ------
     TypeError
         If ``config`` is not an :class:`~roce_hw.config.EngineConfig`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, ack_port=False):
         self._config = check_config(config)
+        self._ack_port = bool(ack_port)
         self._path = TxPath(config)
+        hidden = ("qp_rd", "qp_upd", "mgmt_write") + (() if ack_port else ("sending",))
         members = {name: member for name, member in self._path.signature.members.items()
-                   if name not in ("qp_rd", "qp_upd", "mgmt_write")}
+                   if name not in hidden}
         members["qp_mgmt_req"] = In(stream.Signature(mgmt_req_layout(config.n_qp)))
         members["qp_mgmt_rsp"] = Out(stream.Signature(mgmt_rsp_layout(config.n_qp)))
+        if ack_port:
+            qw = qp_index_width(config.n_qp)
+            members["ack_rd"] = In(QPReadSignature(qw))
+            members["una_upd"] = In(stream.Signature(una_upd_layout(config.n_qp)))
         super().__init__(members)
 
     @property
@@ -77,13 +93,18 @@ class TxEngine(wiring.Component):
         wiring.connect(m, table.mgmt_rsp, wiring.flipped(self.qp_mgmt_rsp))
         wiring.connect(m, path.qp_rd, table.tx_rd)
         wiring.connect(m, path.qp_upd, table.tx_upd)
+        if self._ack_port:
+            wiring.connect(m, wiring.flipped(self.ack_rd), table.ack_rd)
+            wiring.connect(m, wiring.flipped(self.una_upd), table.una_upd)
+        else:
+            m.d.comb += table.una_upd.valid.eq(0)
         m.d.comb += [
-            table.una_upd.valid.eq(0),        # the reliability layer's
             path.mgmt_write.valid.eq(table.mgmt_req.valid & table.mgmt_req.ready &
                                      table.mgmt_req.payload.write),
             path.mgmt_write.payload.qp.eq(table.mgmt_req.payload.qp),
         ]
-        connect_through(m, self, path, exclude=("qp_mgmt_req", "qp_mgmt_rsp"))
+        connect_through(m, self, path, exclude=("qp_mgmt_req", "qp_mgmt_rsp", "ack_rd",
+                                                "una_upd"))
         return m
 
 
@@ -94,10 +115,11 @@ def tx_counters_layout():
 
 
 def engine_counters_layout():
-    """Every counter of :class:`RoceEngine`: ``tx``, ``rx`` (the RX front end's, by reason) and
-    ``cm`` (the connection manager's, by reason)."""
+    """Every counter of :class:`RoceEngine`: ``tx``, ``rx`` (the RX front end's, by reason),
+    ``cm`` (the connection manager's, by reason) and ``ack`` (the ACK handler's, by verdict:
+    :data:`roce_hw.proto.ACK_COUNTERS`)."""
     return data.StructLayout({"tx": tx_counters_layout(), "rx": rx_counters_layout(),
-                              "cm": cm_counters_layout()})
+                              "cm": cm_counters_layout(), "ack": ack_counters_layout()})
 
 
 class RoceEngine(wiring.Component):
@@ -122,8 +144,12 @@ class RoceEngine(wiring.Component):
     * :class:`~roce_hw.engine.TxEngine` sends; :class:`~roce_hw.lib.arbiter.FrameArbiter`
       merges its frames with the reply frames at frame boundaries onto ``tx`` (a reply delays a
       data frame by at most one reply frame, 60-106 bytes).
-    * Received RoCEv2 frames (ACKs) are checked and counted; acting on them is the reliability
-      issue's work.
+    * :class:`~roce_hw.ctrl.ack.AckHandler` checks every received RoCEv2 packet as an ACK, NAK
+      or CNP of one of the QPs (QP open, source IP its peer, PSN outstanding), advances the
+      QP's ``una_psn`` in the QP table at one packet per cycle and counts every packet by
+      verdict (``counters.ack``). Its events (go back, RNR, fatal NAK, CNP) are counted and
+      not yet acted on: retransmission and completions are the next step of the reliability
+      layer.
 
     Latency: a WR transferred on ``wr`` in cycle 0 (engine idle, payload valid) has its first
     beat on ``tx`` in cycle :attr:`TxEngine.latency` + 2 (the WR mux's register and the frame
@@ -193,7 +219,8 @@ class RoceEngine(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        m.submodules.tx_engine = txe = TxEngine(cfg)
+        m.submodules.tx_engine = txe = TxEngine(cfg, ack_port=True)
+        m.submodules.ack = ack = AckHandler(cfg)
         m.submodules.rx_front = rxf = RxFrontEnd(cfg, rx_other=cfg.rx_other)
         m.submodules.cm = cm = CmResponder(cfg)
         m.submodules.reply = rb = ReplyBuilder(cfg)
@@ -207,7 +234,16 @@ class RoceEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rx), rxf.i)
         if cfg.rx_other:
             wiring.connect(m, rxf.other, wiring.flipped(self.rx_other))
-        m.d.comb += rxf.roce.ready.eq(1)       # counted; the ACK path is a later issue's
+        wiring.connect(m, rxf.roce, ack.i)
+        wiring.connect(m, ack.qp_rd, txe.ack_rd)
+        wiring.connect(m, ack.una_upd, txe.una_upd)
+        m.d.comb += [
+            ack.sending.eq(txe.sending),
+            ack.mgmt_write.valid.eq(marb.m_req.valid & marb.m_req.ready &
+                                    marb.m_req.payload.write),
+            ack.mgmt_write.payload.qp.eq(marb.m_req.payload.qp),
+            ack.ev.ready.eq(1),     # (counted; the retransmission scheduler's input)
+        ]
         wiring.connect(m, rxf.cm, cm.req)
         wiring.connect(m, rxf.arp, rb.arp)
         wiring.connect(m, cm.reply, rb.cm)
@@ -251,5 +287,6 @@ class RoceEngine(wiring.Component):
             self.counters.tx.gen_sent.eq(gen.sent),
             self.counters.rx.eq(rxf.counters),
             self.counters.cm.eq(cm.counters),
+            self.counters.ack.eq(ack.counters),
         ]
         return m

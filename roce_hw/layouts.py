@@ -22,7 +22,8 @@ __all__ = [
     "ETH", "VLAN_TAG", "IPV4", "IPV6", "UDP", "BTH", "RETH", "AETH", "IMMDT", "IETH", "DETH",
     "CNP_PAD", "CM_DATAGRAM", "ARP",
     "QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index", "mgmt_req_layout",
-    "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout", "IndexSignature", "QPReadSignature",
+    "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout", "sending_layout",
+    "ack_event_layout", "IndexSignature", "QPReadSignature",
 ]
 
 
@@ -130,6 +131,23 @@ def tx_upd_layout(n_qp):
 def una_upd_layout(n_qp):
     """Payload of the ACK handler's write-back stream: ``{qp, una_psn}``."""
     return data.StructLayout({"qp": qp_index_width(n_qp), "una_psn": proto.PSN_BITS})
+
+
+def sending_layout(n_qp):
+    """What the TX path is sending, for the ACK handler's window check: ``{open, qp,
+    psn_next}``. ``open`` is 1 while a new (not resumed) message of QP ``qp`` has packets
+    committed and more to come; ``psn_next`` is then the PSN after its last committed packet.
+    (When a message ends, the QP table's ``next_psn`` takes over.)"""
+    return data.StructLayout({"open": 1, "qp": qp_index_width(n_qp), "psn_next": proto.PSN_BITS})
+
+
+def ack_event_layout(n_qp):
+    """One event of the ACK handler (:class:`roce_hw.ctrl.ack.AckHandler`), for a QP in RTS
+    whose peer sent it, inside the QP's outstanding window: ``{qp, kind, psn, code, msn}``.
+    ``kind`` is a :class:`roce_hw.proto.AckKind`; ``psn`` the BTH PSN; ``code`` the AETH
+    syndrome's low 5 bits (RNR timer code, NAK code, ACK credits); ``msn`` the AETH MSN."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "kind": 3, "psn": proto.PSN_BITS,
+                              "code": 5, "msn": 24})
 
 
 class IndexSignature(wiring.Signature):

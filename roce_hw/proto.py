@@ -25,7 +25,7 @@ __all__ = [
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "QP_CONTEXT_FIELDS", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
+    "QPState", "QP_CONTEXT_FIELDS", "ACK_COUNTERS", "AckKind", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
     "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
@@ -660,6 +660,47 @@ RX_COUNTERS = (
     "roce_length", "icrc", "cm_length",
     "arp_full", "cm_full", "roce_full", "other_dropped",
 )
+
+#: What the ACK handler (:class:`roce_hw.ctrl.ack.AckHandler`, model :mod:`roce_hw.model.ack`)
+#: made of each RoCEv2 packet it received, one counter each (32 bits, wrapping); every packet
+#: is counted in ``ack_items`` and in exactly one of the others:
+#:
+#: * acted on: ``acks`` (an ACK that acknowledges at least one outstanding packet),
+#:   ``naks_seq`` (NAK PSN-sequence error), ``rnr_naks``, ``naks_fatal`` (NAK invalid request,
+#:   remote access or remote operational error), ``cnps``;
+#: * harmless, nothing done: ``acks_stale`` (an ACK of nothing outstanding: a duplicate or an
+#:   old one), ``naks_stale`` (a NAK for an acknowledged PSN);
+#: * dropped: ``not_ack`` (a RoCEv2 packet that is neither an ACK nor a CNP: this engine is no
+#:   responder), ``bad_syndrome`` (a reserved AETH syndrome: bit 7, type 10, NAK code 4 or
+#:   more), ``unknown_qp`` (destination QP not a local QP), ``qp_not_open`` (the QP is not in
+#:   RTS), ``bad_src`` (source IP not the QP's peer), ``bad_pkey``, ``psn_unsent`` (an ACK or
+#:   NAK for a PSN never sent).
+ACK_COUNTERS = (
+    "ack_items",
+    "acks", "naks_seq", "rnr_naks", "naks_fatal", "cnps",
+    "acks_stale", "naks_stale",
+    "not_ack", "bad_syndrome", "unknown_qp", "qp_not_open", "bad_src", "bad_pkey", "psn_unsent",
+)
+
+
+class AckKind(enum.IntEnum):
+    """The kind of an ACK handler event (:func:`roce_hw.layouts.ack_event_layout`)."""
+    ACK = 0         #: acknowledges every packet up to and including ``psn``
+    NAK_SEQ = 1     #: acknowledges every packet before ``psn``; go back to ``psn``
+    RNR = 2         #: receiver not ready for ``psn``; ``code`` is the RNR timer code
+    FATAL = 3       #: NAK ``code`` 1-3 (invalid request, remote access, remote operational)
+    CNP = 4         #: congestion notification for the QP
+
+
+#: AETH syndrome fields (PROTOCOL.md §5.5): type in bits 6:5, value in bits 4:0.
+AETH_TYPE_ACK = 0
+AETH_TYPE_RNR = 1
+AETH_TYPE_NAK = 3
+AETH_NAK_SEQ = 0
+AETH_NAK_INVALID_REQ = 1
+AETH_NAK_REMOTE_ACCESS = 2
+AETH_NAK_REMOTE_OP = 3
+
 
 #: What the RX front end's rules make of a frame (the ``reason`` of
 #: :func:`roce_hw.model.rx.classify`): one of the four kinds it passes on, or the reason it is

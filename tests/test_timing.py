@@ -65,3 +65,12 @@ def test_frame_fifo_longest_path(tmp_path, width):
     """The store-and-forward FIFO of ``build.py --no-underrun`` at its default depth."""
     cfg = EngineConfig(data_width=width)
     _check(tmp_path, width, FrameFifo(width, 2 * max_frame_beats(cfg)), f"frame_fifo_{width}")
+
+
+@pytest.mark.parametrize("n_qp", [16, 5, 4096])
+def test_ack_handler_longest_path(tmp_path, n_qp):
+    """The ACK handler alone at 16, 5 (the QP index range checks) and 4096 QPs (issue 35: every
+    path within the limit with thousands of QPs; its QP table read port is the engine's)."""
+    from roce_hw.ctrl.ack import AckHandler
+    _check(tmp_path, 64, AckHandler(EngineConfig(data_width=64, n_qp=n_qp)),
+           f"ack_handler_{n_qp}")

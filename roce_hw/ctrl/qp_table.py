@@ -26,7 +26,9 @@ class QPStateTable(wiring.Component):
     The row is stored in four ``lib.memory.Memory`` instances, split by writer: the configuration
     fields (written by management only), ``next_psn`` (management and ``tx_upd``), ``state``
     (management and ``tx_upd``) and ``una_psn`` (management and ``una_upd``). Each memory has
-    one write port and two synchronous read ports (``tx_rd`` and management). There are no
+    one write port and three synchronous read ports (``tx_rd``, ``ack_rd`` and management).
+    ``ack_rd`` behaves as ``tx_rd`` (not transparent, never blocked); the ACK handler forwards
+    its own ``una_upd`` writes. There are no
     per-QP registers, so the design is the same at 1 or 16384 QPs; the memories map to
     block/distributed RAM.
 
@@ -60,7 +62,7 @@ class QPStateTable(wiring.Component):
       1 request per cycle while ``mgmt_rsp`` is ready (a 1-deep output register, full backpressure:
       ``mgmt_req.ready`` is low while a response is held, and in the cycle after a write).
       Exactly one response per request, in order.
-    * ``tx_rd``: 1 cycle, 1 read per cycle, never blocked.
+    * ``tx_rd``, ``ack_rd``: 1 cycle, 1 read per cycle, never blocked.
     * ``tx_upd`` / ``una_upd``: 0 cycles (written at the transfer), 1 per cycle; ``ready`` is low
       only in the write stage's cycle (at most 1 cycle in a row).
 
@@ -90,6 +92,8 @@ class QPStateTable(wiring.Component):
         as written (for a write), or all-zero with ``error=1`` when ``qp >= n_qp``.
     tx_rd : ``In(QPReadSignature(idx_width))``
         The TX datapath's read port (members on the table: ``addr`` In, ``en`` In, ``data`` Out).
+    ack_rd : ``In(QPReadSignature(idx_width))``
+        The ACK handler's read port (as ``tx_rd``).
     tx_upd : ``In(stream.Signature(tx_upd_layout(n_qp)))``
         The TX datapath's write-back: ``next_psn`` if ``psn_we``, ``state`` if ``state_we``.
     una_upd : ``In(stream.Signature(una_upd_layout(n_qp)))``
@@ -117,6 +121,7 @@ class QPStateTable(wiring.Component):
             "mgmt_req": In(stream.Signature(mgmt_req_layout(n_qp))),
             "mgmt_rsp": Out(stream.Signature(mgmt_rsp_layout(n_qp))),
             "tx_rd": In(QPReadSignature(self._idx_width)),
+            "ack_rd": In(QPReadSignature(self._idx_width)),
             "tx_upd": In(stream.Signature(tx_upd_layout(n_qp))),
             "una_upd": In(stream.Signature(una_upd_layout(n_qp))),
             "upd_dropped": Out(16),
@@ -170,6 +175,7 @@ class QPStateTable(wiring.Component):
         # a management write is seen by reads after its response; this keeps the write ports'
         # arbitration off the read data path
         trd = {k: mem.read_port() for k, mem in mems.items()}
+        ard = {k: mem.read_port() for k, mem in mems.items()}
         mrd = {k: mem.read_port() for k, mem in mems.items()}
 
         req = self.mgmt_req
@@ -257,15 +263,16 @@ class QPStateTable(wiring.Component):
             wr["una"].en.eq(wq | (una_go & una_ok)),
         ]
 
-        # --- tx_rd --------------------------------------------------------------------------
-        trd_ok = self._in_range(m, "tx_rd_in_range", self.tx_rd.addr)
-        trd_ok_q = Signal()
-        with m.If(self.tx_rd.en):
-            m.d.sync += trd_ok_q.eq(trd_ok)
-        for port in trd.values():
-            m.d.comb += [port.addr.eq(self.tx_rd.addr), port.en.eq(self.tx_rd.en)]
-        self._gather(m, self.tx_rd.data, {k: port.data for k, port in trd.items()},
-                     None if self._all_valid else trd_ok_q)
+        # --- tx_rd, ack_rd -------------------------------------------------------------------
+        for name, rd, ports in (("tx_rd", self.tx_rd, trd), ("ack_rd", self.ack_rd, ard)):
+            rd_ok = self._in_range(m, f"{name}_in_range", rd.addr)
+            rd_ok_q = Signal(name=f"{name}_ok_q")
+            with m.If(rd.en):
+                m.d.sync += rd_ok_q.eq(rd_ok)
+            for port in ports.values():
+                m.d.comb += [port.addr.eq(rd.addr), port.en.eq(rd.en)]
+            self._gather(m, rd.data, {k: port.data for k, port in ports.items()},
+                         None if self._all_valid else rd_ok_q)
 
         # --- management response ------------------------------------------------------------
         # (the read ports follow the request port while the response register is free -- a

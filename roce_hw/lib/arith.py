@@ -11,7 +11,8 @@ piece: about 5 cells at any width.
 
 from amaranth import *
 
-__all__ = ["FastCounter", "counter_flag_bits", "load_flags", "event_counter", "or_tree"]
+__all__ = ["FastCounter", "counter_flag_bits", "load_flags", "event_counter", "or_tree",
+           "not_before_parts"]
 
 
 def counter_flag_bits(width, chunk=12):
@@ -128,3 +129,30 @@ def or_tree(values):
         values = [values[k] | values[k + 1] if k + 1 < len(values) else values[k]
                   for k in range(0, len(values), 2)]
     return values[0]
+
+
+def not_before_parts(m, a, b, name, *, chunk=12):
+    """"``a`` is ``b`` or after it" in modular (half-window) order -- the sign bit of
+    ``(a - b) mod 2**w`` is 0, for two ``w``-bit values (PSNs: PROTOCOL.md §5.6) -- in three
+    pieces, so that no path crosses a ``w``-bit carry chain (7 cells for 24 bits; a piece is
+    about 5): ``(borrow, hi0, hi1)``, "the low ``chunk`` bits of ``a`` are below ``b``'s" and
+    the sign bits of the high pieces' difference without and with that borrow (``w`` >
+    ``chunk``). ``a`` is ``b`` or after it when ``~Mux(borrow, hi1, hi0)``. Register the
+    pieces before that multiplexer: Yosys otherwise shares the two high subtractions as one
+    with the borrow as carry-in, which makes one chain of the whole width again."""
+    a, b = Value.cast(a), Value.cast(b)
+    if len(a) != len(b):
+        raise ValueError(f"operands of {len(a)} and {len(b)} bits")
+    w = len(a)
+    if w <= chunk:
+        raise ValueError(f"{w}-bit operands need no pieces of {chunk} bits")
+    borrow = Signal(name=f"{name}_borrow")
+    hi0 = Signal(name=f"{name}_hi0")
+    hi1 = Signal(name=f"{name}_hi1")
+    m.d.comb += [
+        borrow.eq(a[:chunk] < b[:chunk]),
+        hi0.eq((a[chunk:] - b[chunk:])[w - chunk - 1]),
+        # (a - b - 1 as a + ~b: one carry chain, where Yosys builds "- b - 1" as two)
+        hi1.eq((a[chunk:] + ~b[chunk:])[w - chunk - 1]),
+    ]
+    return borrow, hi0, hi1

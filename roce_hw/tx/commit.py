@@ -10,7 +10,7 @@ from ..config import check_config
 from ..lib.arith import event_counter
 from ..lib.header import inserter_hdr_layout
 from ..lib.ipv4 import IPv4Identification
-from ..layouts import qp_index_width, tx_upd_layout
+from ..layouts import qp_index_width, sending_layout, tx_upd_layout
 from ..verbs import WcStatus, status_layout
 from .cutter import cut_layout
 from .psn import WriteBackSignature
@@ -78,6 +78,9 @@ class Commit(wiring.Component):
     flush : ``Out(flush_signature())``
     tx_upd : ``Out(stream.Signature(tx_upd_layout(n_qp)))``
     status : ``Out(stream.Signature(status_layout(config)))``
+    sending : ``Out(sending_layout(n_qp))``
+        The new message being sent, for the ACK handler (:func:`~roce_hw.layouts.sending_layout`);
+        registered, from the cycle after a packet's commit (two after, without ``early_check``).
     local_mac, local_ip : ``In``
     ip_id_load : ``In(stream.Signature(StructLayout({"value": 16})))``
     frames, frames_aborted, wrs_refused, status_dropped : ``Out``
@@ -97,6 +100,7 @@ class Commit(wiring.Component):
             "flush": Out(flush_signature()),
             "tx_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
             "status": Out(stream.Signature(status_layout(config))),
+            "sending": Out(sending_layout(config.n_qp)),
             "local_mac": In(48), "local_ip": In(32),
             "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
             "frames": Out(32), "frames_aborted": Out(32), "wrs_refused": Out(32),
@@ -171,7 +175,8 @@ class Commit(wiring.Component):
         fl = {"qp": Signal(qw, name="fl_qp"), "psn": Signal(proto.PSN_BITS, name="fl_psn"),
               "wr_id": Signal(64, name="fl_wr_id"), "tag": Signal(name="fl_tag"),
               "last": Signal(name="fl_last"), "new": Signal(name="fl_new"),
-              "lead": Signal(name="fl_lead")}
+              "lead": Signal(name="fl_lead"), "open": Signal(name="fl_open"),
+              "psn_next": Signal(proto.PSN_BITS, name="fl_psn_next")}
         open_msg = Signal()       # a message has packets committed and more to come
         with m.If(take & ~refused):
             m.d.sync += [fl["lead"].eq(~open_msg), open_msg.eq(~d.last), awaiting.eq(has_pay)]
@@ -184,7 +189,7 @@ class Commit(wiring.Component):
         # cutter passes a packet's first beat in its command's cycle) the check may come in the
         # next cycle: the registers then load at the commit.
         src = {"qp": d.qp, "psn": d.bth.psn, "wr_id": d.wr_id, "tag": d.tag, "last": d.last,
-               "new": d.first & d.last}
+               "new": d.first & d.last, "open": ~d.last & ~d.resumed, "psn_next": d.psn_next}
         if self._early_check:
             with m.If(take & ~refused):
                 m.d.sync += [fl[k].eq(v) for k, v in src.items()]
@@ -194,6 +199,9 @@ class Commit(wiring.Component):
             m.d.sync += [dly[k].eq(v) for k, v in src.items()] + [dly_go.eq(take & ~refused)]
             with m.If(dly_go):
                 m.d.sync += [fl[k].eq(dly[k]) for k in dly]
+
+        m.d.comb += [self.sending.open.eq(fl["open"]), self.sending.qp.eq(fl["qp"]),
+                     self.sending.psn_next.eq(fl["psn_next"])]
 
         # ---------------------------------------------------------------- write-backs, flush
         wb_valid = Signal()

@@ -12,7 +12,7 @@ from ..config import check_config
 from ..lib.header import HeaderInserter
 from ..lib.icrc import ICRCInserter
 from ..lib.stream import PacketSignature, frame_layout
-from ..layouts import QPReadSignature, qp_index_width, tx_upd_layout
+from ..layouts import QPReadSignature, qp_index_width, sending_layout, tx_upd_layout
 from ..verbs import resume_layout, status_layout, wr_layout
 from .builder import ICRC_VARIANT, PacketBuilder
 from .commit import TX_VARIANTS, Commit
@@ -135,6 +135,9 @@ class TxPath(wiring.Component):
     mgmt_write : ``In(stream.Signature(StructLayout({"qp": idx_width})))``
         One transfer per management write into the table, for the QP written (a monitor:
         ``ready`` is ignored, the transfer is ``valid`` alone).
+    sending : ``Out(sending_layout(n_qp))``
+        The new message being sent (:func:`~roce_hw.layouts.sending_layout`), for the ACK
+        handler's window check: PSNs beyond the QP table's ``next_psn`` already sent.
     local_mac : ``In(48)``
         Source MAC (``0x020000000001`` is 02:00:00:00:00:01); static.
     local_ip : ``In(32)``
@@ -171,6 +174,7 @@ class TxPath(wiring.Component):
             "qp_upd": Out(stream.Signature(tx_upd_layout(config.n_qp))),
             "mgmt_write": In(stream.Signature(
                 data.StructLayout({"qp": qp_index_width(config.n_qp)}))),
+            "sending": Out(sending_layout(config.n_qp)),
             "local_mac": In(48),
             "local_ip": In(32),
             "ip_id_load": In(stream.Signature(data.StructLayout({"value": 16}))),
@@ -255,6 +259,7 @@ class TxPath(wiring.Component):
         m.d.comb += [
             com.local_mac.eq(self.local_mac),
             com.local_ip.eq(self.local_ip),
+            self.sending.eq(com.sending),
             self.frames.eq(com.frames),
             self.frames_aborted.eq(com.frames_aborted),
             self.wrs_refused.eq(com.wrs_refused),
