@@ -238,3 +238,19 @@ def test_summary_of_the_engine_build(tmp_path):
     md = (tmp_path / "roce_engine_summary.md").read_text()
     assert all(f"| `{name}` |" in md for name in ports)
     assert "| `data_width` | 64 |" in md
+
+
+def test_docs_list_every_board():
+    """The README's board table and docs/boards.md name every registered board, and the
+    README's first command writes what the README says it writes."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| board | FPGA | port | width |"):]
+    table = table[:table.index("\n\n")]
+    guide = (ROOT / "docs" / "boards.md").read_text()
+    for name in _registry():
+        assert f"| `{name}` |" in table, name
+        assert f"`{name}`" in guide, name
+    first = re.search(r"```sh\n(.*?)```", readme, re.S).group(1)
+    out = re.search(r"build\.py (.*)--out (\S+)", first)
+    assert out and "--top" not in out.group(1) and "--board" not in out.group(1)
+    assert f"`{out.group(2)}/roce_engine.v`" in readme
