@@ -40,7 +40,9 @@ def _clear_error(res, *words):
     (["--name", "roce tx"], ["identifier"]),
     (["--name", "$top"], ["identifier"]),
     (["--fifo-depth", "600"], ["--no-underrun"]),
-    (["--width", "64", "--no-underrun", "--fifo-depth", "100"], ["4174 bytes = 522 beats", "at least 522"]),
+    (["--top", "tx", "--width", "64", "--no-underrun", "--fifo-depth", "100"],
+     ["4174 bytes = 522 beats", "at least 522"]),
+    (["--no-underrun"], ["--top engine", "--top tx"]),     # the default top is the engine
 ])
 def test_bad_options_exit_2_with_a_clear_message(args, words, tmp_path):
     _clear_error(_run(*args, "--out", str(tmp_path / "out")), *words)
@@ -87,7 +89,8 @@ def _plain_lint(vfile):
 @pytest.mark.tools("verilator")
 @pytest.mark.parametrize("width", [64])
 def test_emits_lint_clean_roce_tx(tmp_path, width):
-    res = _run("--width", str(width), "--qps", "16", "--out", str(tmp_path), "--lint")
+    res = _run("--top", "tx", "--width", str(width), "--qps", "16", "--out", str(tmp_path),
+               "--lint")
     assert res.returncode == 0, res.stderr + res.stdout
     # --lint says what is switched off, and that no flag was used
     assert "no flags" in res.stdout
@@ -119,7 +122,7 @@ def test_emits_lint_clean_roce_tx(tmp_path, width):
 def test_lint_sees_real_findings(tmp_path):
     """The pragmas do not hide everything: a real finding in the file still fails the lint."""
     from roce_hw.generate import LintError, lint
-    res = _run("--width", "64", "--qps", "2", "--out", str(tmp_path))
+    res = _run("--top", "tx", "--width", "64", "--qps", "2", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr
     text = (tmp_path / "roce_tx.v").read_text()
     bad = text.replace("endmodule", "  wire undriven_x;\n  wire [1:0] uses_x = {2{undriven_x}};\n"
@@ -130,7 +133,8 @@ def test_lint_sees_real_findings(tmp_path):
 
 def test_no_underrun_build_states_its_fifo(tmp_path):
     # (its lint: test_every_top_is_lint_clean_at_every_width)
-    res = _run("--width", "512", "--no-underrun", "--fifo-depth", "80", "--out", str(tmp_path))
+    res = _run("--top", "tx", "--width", "512", "--no-underrun", "--fifo-depth", "80", "--out",
+               str(tmp_path))
     assert res.returncode == 0, res.stderr + res.stdout
     assert "frame FIFO of 80 beats" in res.stdout
     assert "frame FIFO of 80 beats" in (tmp_path / "roce_tx_ports.txt").read_text()
@@ -174,7 +178,8 @@ def test_generate_api_writes_the_same_as_build_py(tmp_path):
     from roce_hw import EngineConfig, generate
     path = generate(EngineConfig(data_width=64, n_qp=4), tmp_path / "api", name="my_tx")
     assert path == tmp_path / "api" / "my_tx.v"
-    res = _run("--width", "64", "--qps", "4", "--name", "my_tx", "--out", str(tmp_path / "cli"))
+    res = _run("--top", "tx", "--width", "64", "--qps", "4", "--name", "my_tx", "--out",
+               str(tmp_path / "cli"))
     assert res.returncode == 0, res.stderr
     assert path.read_text() == (tmp_path / "cli" / "my_tx.v").read_text()
     assert (tmp_path / "api" / "my_tx_ports.txt").read_text() == \
