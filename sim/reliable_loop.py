@@ -51,7 +51,8 @@ CLOCK_HZ = {64: 156_250_000, 128: 250_000_000, 256: 250_000_000, 512: 322_000_00
 
 #: What the responder calls the message of each WR opcode.
 EXPECTED_KIND = {proto.WrOpcode.SEND: "SEND", proto.WrOpcode.SEND_WITH_IMM: "SEND_IMM",
-                 proto.WrOpcode.RDMA_WRITE: "WRITE", proto.WrOpcode.RDMA_WRITE_WITH_IMM: "WRITE_IMM"}
+                 proto.WrOpcode.RDMA_WRITE: "WRITE",
+                 proto.WrOpcode.RDMA_WRITE_WITH_IMM: "WRITE_IMM"}
 
 _WITH_IMM = (proto.WrOpcode.SEND_WITH_IMM, proto.WrOpcode.RDMA_WRITE_WITH_IMM)
 _WRITES = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM)

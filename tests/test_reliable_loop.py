@@ -26,22 +26,22 @@ def _check(r, *, failed=None):
         assert r.all_delivered and r.by_status == {"SUCCESS": r.messages}
 
 
-def test_lossy_loop_1000_messages_4_qps(width=None):
+@pytest.mark.parametrize("width", [64, 512])
+def test_lossy_loop_1000_messages_4_qps(width):
     """Issue 35 'Model loop': 1,000 messages over 4 QPs, 5 % loss, 1 % duplication, 1 %
     reordering, 1 % corruption in both directions: nothing lost, duplicated or reordered."""
-    for w in (64, 512) if width is None else (width,):
-        qps, wrs = loop_workload(n_qps=4, messages=1000, sizes=(0, 3 * 1024), seed=w)
-        r = run_reliable_loop(qps, wrs, data_width=w, seed=w + 1, network=LOSSY,
-                              qp_params={"timeout": 5})
-        _check(r)
-        assert r.wire["tx_retransmitted"] > 100 and r.wire["rsp_nak_0x60"] > 20
-        assert r.requester["timeouts"] > 0 and r.requester["go_back_nak"] > 0
-        n = r.network
-        for d in ("fwd", "rev"):
-            assert min(n[d]["dropped"], n[d]["duplicated"], n[d]["reordered"],
-                       n[d]["corrupted"]) > 0
-        assert r.responder["bad_icrc"] > 0 and r.responder["duplicates"] > 0
-        assert r.requester["ack_duplicate"] + r.requester["ack_stale"] > 0
+    qps, wrs = loop_workload(n_qps=4, messages=1000, sizes=(0, 3 * 1024), seed=width)
+    r = run_reliable_loop(qps, wrs, data_width=width, seed=width + 1, network=LOSSY,
+                          qp_params={"timeout": 5})
+    _check(r)
+    assert r.wire["tx_retransmitted"] > 100 and r.wire["rsp_nak_0x60"] > 20
+    assert r.requester["timeouts"] > 0 and r.requester["go_back_nak"] > 0
+    n = r.network
+    for d in ("fwd", "rev"):
+        assert min(n[d]["dropped"], n[d]["duplicated"], n[d]["reordered"],
+                   n[d]["corrupted"]) > 0
+    assert r.responder["bad_icrc"] > 0 and r.responder["duplicates"] > 0
+    assert r.requester["ack_duplicate"] + r.requester["ack_stale"] > 0
 
 
 @pytest.mark.slow
