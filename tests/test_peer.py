@@ -684,3 +684,99 @@ def test_go_back_n_after_a_lost_frame(seed):
     assert [(c.kind, c.data) for c in peer.completions] == expect
     assert all(scapy_ack(f)[3] == 0x1F for f in out)
     assert [v.kind for v in peer.violations if v.fatal] == ["psn_ahead"] * (len(frames) - lost - 1)
+
+
+# --- the rxe behaviours the reliable requester relies on (issue 35) ------------------------------
+
+def _acks(out):
+    return [scapy_ack(f)[2:4] for f in out]
+
+
+def test_rnr_on_a_multi_packet_send_then_the_retry_succeeds():
+    """rxe check_resource: SEND FIRST without a receive WQE gets an RNR NAK with its PSN; the
+    packets behind it are ahead of ePSN (one sequence NAK, then silence); once a receive is
+    posted the whole message, resent from FIRST, completes."""
+    peer = make_peer(recv=0)
+    d = _data(2500, 11)
+    fs = _segment_by_hand("SEND", EPSN, d)
+    out = []
+    for f in fs:
+        out += peer.receive(f)
+    assert _acks(out) == [(EPSN, 0x20 | 12), (EPSN, 0x60)]
+    assert peer.counters["out_of_seq_dropped"] == 1 and peer.completions == []
+    out = []
+    for f in fs:                                        # the retry, still not ready
+        out += peer.receive(f)
+    assert _acks(out) == [(EPSN, 0x20 | 12), (EPSN, 0x60)]
+    peer.post_recv(QPN, size=4096)
+    out = []
+    for f in fs:
+        out += peer.receive(f)
+    assert _acks(out) == [((EPSN + 2) & 0xFFFFFF, 0x1F)]
+    assert [c.data for c in peer.completions] == [d]
+    assert peer.qp_state(QPN)["error"] is None
+
+
+def test_rnr_on_write_with_immediate_last_keeps_the_written_part():
+    """WRITE LAST with immediate consumes a receive WQE (RXE_RWR_MASK): without one it is RNR
+    NAKed at its own PSN while the FIRST already wrote; resending only the LAST completes."""
+    peer = make_peer(recv=0)
+    d = _data(1500, 12)
+    fs = _segment_by_hand("WRITE_IMM", EPSN, d, va=VA, imm=0x1234)
+    assert peer.receive(fs[0]) == []
+    assert _acks(peer.receive(fs[1])) == [((EPSN + 1) & 0xFFFFFF, 0x20 | 12)]
+    assert peer.read_memory(VA, 1024) == d[:1024] and peer.completions == []
+    peer.post_recv(QPN, size=64)
+    assert _acks(peer.receive(fs[1])) == [((EPSN + 1) & 0xFFFFFF, 0x1F)]
+    assert [(c.kind, c.data, c.imm) for c in peer.completions] == [("WRITE_IMM", d, 0x1234)]
+
+
+@pytest.mark.parametrize("ops", [("SEND_FIRST", "SEND_FIRST"),
+                                 ("WRITE_FIRST", "WRITE_MIDDLE", "WRITE_FIRST"),
+                                 ("SEND_FIRST", "WRITE_FIRST")])
+def test_first_in_mid_message_is_an_invalid_request(ops):
+    """rxe check_op_seq: after FIRST/MIDDLE only MIDDLE/LAST of the same kind; a FIRST is
+    ERR_MISSING_OPCODE_LAST_C: NAK invalid request (0x61) with its PSN, QP to error."""
+    peer = make_peer()
+    out = []
+    for k, op in enumerate(ops):
+        reth = (VA, RKEY, 4096) if op == "WRITE_FIRST" else None
+        out += peer.receive(frame(op, EPSN + k, bytes(1024), reth=reth, ackreq=0))
+    assert _acks(out) == [((EPSN + len(ops) - 1) & 0xFFFFFF, 0x61)]
+    assert peer.qp_state(QPN)["error"] and peer.violations[-1].kind == "bad_op_seq"
+
+
+def test_duplicate_inside_a_message_is_reacked_and_keeps_the_message():
+    """A duplicate (PSN < ePSN) FIRST while the message is half received: re-ACKed with ePSN-1
+    (rxe duplicate_request, C9-105), nothing re-executed, and the LAST still completes."""
+    peer = make_peer()
+    d = _data(2100, 13)
+    fs = _segment_by_hand("WRITE", EPSN, d, va=VA)
+    assert peer.receive(fs[0]) + peer.receive(fs[1]) == []
+    assert _acks(peer.receive(fs[0])) == [((EPSN + 1) & 0xFFFFFF, 0x1F)]
+    assert _acks(peer.receive(fs[1])) == [((EPSN + 1) & 0xFFFFFF, 0x1F)]
+    assert _acks(peer.receive(fs[2])) == [((EPSN + 2) & 0xFFFFFF, 0x1F)]
+    assert [c.data for c in peer.completions] == [d] and peer.counters["duplicates"] == 2
+
+
+def test_remote_access_nak_on_a_bad_r_key():
+    """A WRITE whose R_Key names no region: NAK remote access error (0x62) with its PSN after
+    the earlier messages were executed (MSN counts them), then the QP drops everything."""
+    peer = make_peer()
+    assert _acks(peer.receive(frame("SEND_ONLY", EPSN, b"ok"))) == [(EPSN, 0x1F)]
+    out = peer.receive(frame("WRITE_ONLY", EPSN + 1, b"abcd", reth=(VA, RKEY + 1, 4)))
+    assert [scapy_ack(f)[2:] for f in out] == [((EPSN + 1) & 0xFFFFFF, 0x62, 1)]
+    assert peer.receive(frame("SEND_ONLY", EPSN + 2, b"x")) == []
+    assert [v.kind for v in peer.violations] == ["rkey", "qp_error"]
+
+
+def test_responder_is_independent_of_the_requester_models():
+    """sim/peer.py imports nothing of the requester side (only proto and the iCRC)."""
+    import ast
+
+    from conftest import ROOT
+    tree = ast.parse((ROOT / "sim" / "peer.py").read_text())
+    mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in mods if m.startswith(("roce_hw", "sim"))}
+    assert ours == {"roce_hw", "roce_hw.model.icrc"}

@@ -14,13 +14,36 @@ from .packet import QPPath, build_request_frame
 from .qp_table import QPStateModel
 from .segment import segment_message
 
-__all__ = ["Sent", "RequesterModel", "PathRequester"]
+__all__ = ["Sent", "RequesterModel", "PathRequester", "refusal", "request_opcode"]
 
 LOC_LEN_ERR = proto.WcStatus.LOC_LEN_ERR
 LOC_QP_OP_ERR = proto.WcStatus.LOC_QP_OP_ERR
 
 _OPS = (proto.WrOpcode.RDMA_WRITE, proto.WrOpcode.RDMA_WRITE_WITH_IMM, proto.WrOpcode.SEND,
         proto.WrOpcode.SEND_WITH_IMM)
+
+
+def request_opcode(opcode):
+    """The :class:`~roce_hw.proto.WrOpcode` of ``opcode`` if the requester sends it, else
+    ``None``."""
+    try:
+        op = proto.WrOpcode(opcode)
+    except ValueError:
+        return None
+    return op if op in _OPS else None
+
+
+def refusal(row, opcode, length):
+    """Why the engine refuses a work request, or ``None`` if it takes it: ``LOC_QP_OP_ERR`` when
+    the QP ``row`` is missing (``None``: index out of range) or not in RTS, the opcode is not
+    one the requester sends or the row's PMTU code is invalid; ``LOC_LEN_ERR`` when ``length``
+    exceeds 2**31 bytes."""
+    if row is None or row["state"] != proto.QPState.RTS or request_opcode(opcode) is None or \
+            row["pmtu"] not in {int(c) for c in proto.PMTU_BYTES}:
+        return LOC_QP_OP_ERR
+    if length > 1 << 31:
+        return LOC_LEN_ERR
+    return None
 
 
 @dataclass
@@ -116,16 +139,10 @@ class RequesterModel:
         length = len(payload) if length is None else int(length)
         row = self.qps.rows[qp] if 0 <= qp < self.n_qp else None
         resume = start_packet is not None
-        try:
-            op = proto.WrOpcode(opcode)
-        except ValueError:
-            op = None
-        if row is None or row["state"] != proto.QPState.RTS or op not in _OPS or \
-                row["pmtu"] not in {int(c) for c in proto.PMTU_BYTES}:
-            self._refuse(wr_id, qp, LOC_QP_OP_ERR)
-            return self.sent[first_sent:]
-        if length > 1 << 31:
-            self._refuse(wr_id, qp, LOC_LEN_ERR)
+        op = request_opcode(opcode)
+        refused = refusal(row, opcode, length)
+        if refused is not None:
+            self._refuse(wr_id, qp, refused)
             return self.sent[first_sent:]
         pmtu = proto.pmtu_bytes(row["pmtu"])
         j = start_packet or 0
