@@ -48,9 +48,10 @@ class AckHandler(wiring.Component):
       old ACK);
     * ``p`` at or after ``sent``: ``psn_unsent``, dropped (a PSN never sent: forged);
     * else an ACK sets ``una`` = ``p`` + 1 (``acks``: a coalesced ACK retires every packet up
-      to ``p``); a NAK PSN-sequence error sets ``una`` = ``p`` (``naks_seq``: an implicit ACK of
-      everything before); an RNR NAK (``rnr_naks``) and a fatal NAK (``naks_fatal``) change
-      nothing here. Each is reported on ``ev``.
+      to ``p``); a NAK sets ``una`` = ``p``: it acknowledges everything before ``p`` (rxe
+      ``rxe_comp.c`` and rdmavt do so for every NAK): ``naks_seq`` (PSN-sequence error: go back
+      to ``p``), ``rnr_naks`` (send ``p`` again after the RNR wait), ``naks_fatal``. Each is
+      reported on ``ev``.
 
     ``sent`` is the QP table's ``next_psn``, or ``sending.psn_next`` while the TX path is in
     the middle of a new message of that QP. Packets are handled strictly in order: an ACK sees
@@ -325,8 +326,8 @@ class AckHandler(wiring.Component):
                 s3["valid"].eq(s2["valid"]),
                 s3["qp"].eq(s2["qp"]),
                 s3["kill"].eq(k2),
-                # (a NAK PSN-sequence error at una rewrites the same una: harmless)
-                s3["we"].eq(in_window & (s2["q_ack"] | s2["q_nak_seq"])),
+                # (a NAK at una rewrites the same una: harmless)
+                s3["we"].eq(in_window & window),
                 s3["we_ack"].eq(s2["q_ack"]),
                 s3["una"].eq(Mux(s2["q_ack"],
                                  Cat(s2["psn1_lo"], Mux(s2["psn_lo_ones"], s2["psn1_hi"],

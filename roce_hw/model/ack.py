@@ -99,7 +99,7 @@ class AckModel:
         qp = it.dest_qp - proto.LOCAL_QPN_BASE
         if kind == proto.AckKind.ACK:
             self.una[qp] = (it.psn + 1) & proto.PSN_MASK
-        elif kind == proto.AckKind.NAK_SEQ:
+        elif kind != proto.AckKind.CNP:          # every NAK acknowledges what precedes it
             self.una[qp] = it.psn
         self.events.append({"qp": qp, "kind": int(kind), "psn": it.psn,
                             "code": it.syndrome & 0x1F if kind != proto.AckKind.CNP else 0,
