@@ -270,17 +270,19 @@ def test_interleaved_qps_see_every_earlier_write(gap):
 
 
 def _forged_acks(peer_frames):
-    """ACK frames the engine must not act on, built from real ones of the responder: PSN never
-    sent, wrong source IP, QP not open, bad iCRC."""
+    """ACK frames the engine must not act on, built from the first real one of the responder:
+    PSN never sent, an older PSN, wrong source IP, QP not open, bad iCRC."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.contrib.roce import BTH, AETH
     out = []
     ref = Ether(peer_frames[0])
-    for kind in ("unsent", "src", "qp", "icrc"):
+    for kind in ("unsent", "stale", "src", "qp", "icrc"):
         f = ref.copy()
         if kind == "unsent":
             f[BTH].psn = (f[BTH].psn + 5000) & proto.PSN_MASK
+        elif kind == "stale":
+            f[BTH].psn = (f[BTH].psn - 1) & proto.PSN_MASK
         elif kind == "src":
             f[IP].src = "10.9.9.9"
         elif kind == "qp":
@@ -299,7 +301,7 @@ def _forged_acks(peer_frames):
 def test_engine_acks_from_the_responder(width):
     """The whole engine against the independent responder model (sim/peer.py): every QP's
     una_psn reaches its next_psn, every ACK is acted on or counted stale, and forged ACKs
-    (PSN never sent, wrong source IP, a QP not open, bad iCRC) change nothing."""
+    (PSN never sent, an older PSN, wrong source IP, a QP not open, bad iCRC) change nothing."""
     from sim.backend import open_engine
     from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC, peer_for, random_workload
     config = EngineConfig(data_width=width, n_qp=16)
@@ -337,6 +339,49 @@ def test_engine_acks_from_the_responder(width):
         before["ack_ack_items"]
     assert before["ack_acks"] > 0
     delta = {k: after[k] - before[k] for k in after if k.startswith(("ack_", "rx_"))}
-    assert delta["ack_ack_items"] == 3 and delta["ack_psn_unsent"] == 1
+    assert delta["ack_ack_items"] == 4 and delta["ack_psn_unsent"] == 1
+    assert delta["ack_acks_stale"] == 1
     assert delta["ack_bad_src"] + delta["ack_qp_not_open"] == 2 and delta["ack_acks"] == 0
     assert after["rx_icrc"] == before["rx_icrc"] + 1
+
+
+@pytest.mark.tools("verilator")
+def test_engine_absorbs_back_to_back_acks():
+    """200 ACK frames back to back on the engine's RX port at 512 bits (one beat each, one per
+    cycle): every one reaches the ACK handler (none lost to a full queue) and the QP's una_psn
+    ends past the newest."""
+    from scapy.contrib.roce import AETH, BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from sim.backend import open_engine
+    from sim.bfm import QPSetup
+    from sim.traffic import DEFAULT_LOCAL_IP, DEFAULT_LOCAL_MAC
+    config = EngineConfig(data_width=512, n_qp=16)
+    q = QPSetup(index=2, remote_qpn=0x1234, remote_mac=0x02_00_00_00_10_02,
+                remote_ip=0x0A_00_01_02, udp_sport=0xC001, start_psn=0, pmtu=1024)
+    eng = open_engine(config, backend="verilator", top="engine", seed=3)
+    eng.set_addr(DEFAULT_LOCAL_MAC, DEFAULT_LOCAL_IP)
+    eng.write_qp(q)
+    # 300 packets sent (a message of 300 PMTU), so the ACKs have something to acknowledge
+    from sim.bfm import WorkItem
+    eng.post(WorkItem(qp=2, opcode=proto.WrOpcode.RDMA_WRITE, payload=bytes(300 * 1024),
+                      r_key=1), wr_id=1)
+    eng.run(20000)
+    assert len(eng.pop_tx()) == 300
+    start = eng.cycle + 10
+    for k in range(200):
+        frame = bytes(Ether(src="02:00:00:00:10:02", dst="02:00:00:00:00:01") /
+                      IP(src="10.0.1.2", dst="10.0.0.1", flags="DF") /
+                      UDP(sport=0xC000, dport=4791, chksum=0) /
+                      BTH(opcode=0x11, dqpn=proto.LOCAL_QPN_BASE + 2, psn=k + 1) /
+                      AETH(syndrome=0x1F, msn=k))
+        eng.push_rx(frame, cycle=start + k)
+    before = eng.counters()
+    eng.run(2000)
+    after = eng.counters()
+    eng.pop_mgmt_rsp()
+    row = eng.qp_table([2])[0]["ctx"]
+    eng.close()
+    assert after["rx_roce"] - before["rx_roce"] == 200 and after["rx_roce_full"] == 0
+    assert after["ack_acks"] - before["ack_acks"] == 200
+    assert row["una_psn"] == 201
