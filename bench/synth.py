@@ -157,6 +157,12 @@ def _ack(width):
     return AckHandler(EngineConfig(data_width=width))
 
 
+def _completer(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.ctrl.completer import Completer
+    return Completer(EngineConfig(data_width=width))
+
+
 #: Benchmarkable designs by name.
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
@@ -174,6 +180,8 @@ DESIGNS = {
     "rx_front": Design(_rx_front, "RX front end: checks, classification, iCRC check, queues"),
     "cm": Design(_cm, "connection-manager responder (16 QPs; width-independent)"),
     "ack": Design(_ack, "ACK handler (16 QPs; width-independent)"),
+    "completer": Design(_completer, "completer: per-QP WR lists, completions, replays (16 QPs, "
+                                    "256 WRs; width-independent)"),
 }
 
 #: Names that expand to several designs.

@@ -23,7 +23,8 @@ __all__ = [
     "CNP_PAD", "CM_DATAGRAM", "ARP",
     "QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index", "mgmt_req_layout",
     "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout", "sending_layout",
-    "ack_event_layout", "IndexSignature", "QPReadSignature",
+    "ack_event_layout", "posted_layout", "replay_layout", "qp_error_layout",
+    "qp_reset_layout", "IndexSignature", "QPReadSignature",
 ]
 
 
@@ -148,6 +149,35 @@ def ack_event_layout(n_qp):
     syndrome's low 5 bits (RNR timer code, NAK code, ACK credits); ``msn`` the AETH MSN."""
     return data.StructLayout({"qp": qp_index_width(n_qp), "kind": 3, "psn": proto.PSN_BITS,
                               "code": 5, "msn": 24})
+
+
+def posted_layout(n_qp):
+    """One work request the TX path has sent, for the completer
+    (:class:`roce_hw.ctrl.completer.Completer`): ``{qp, wr_id 64, opcode 4, length 32,
+    signaled 1, first_psn 24, last_psn 24}``. ``opcode`` is a :class:`roce_hw.proto.WrOpcode`,
+    ``first_psn`` and ``last_psn`` the PSNs of its first and last packet."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "wr_id": 64, "opcode": 4,
+                              "length": 32, "signaled": 1, "first_psn": proto.PSN_BITS,
+                              "last_psn": proto.PSN_BITS})
+
+
+def replay_layout(n_qp):
+    """A go-back-N request of the completer: ``{qp, psn, rnr 1, code 5}``: send QP ``qp`` again
+    from ``psn`` on; with ``rnr`` after the RNR wait of timer ``code`` (an RNR NAK), else at
+    once (a NAK PSN-sequence error; ``code`` 0)."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "psn": proto.PSN_BITS, "rnr": 1,
+                              "code": 5})
+
+
+def qp_error_layout(n_qp):
+    """The completer's report that QP ``qp`` must go to ERROR: ``{qp, status 5}``, ``status``
+    the :class:`roce_hw.proto.WcStatus` of the WR that failed."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "status": 5})
+
+
+def qp_reset_layout(n_qp):
+    """QP ``qp`` was set up again (closed, opened): ``{qp}``."""
+    return data.StructLayout({"qp": qp_index_width(n_qp)})
 
 
 class IndexSignature(wiring.Signature):

@@ -74,3 +74,12 @@ def test_ack_handler_longest_path(tmp_path, n_qp):
     from roce_hw.ctrl.ack import AckHandler
     _check(tmp_path, 64, AckHandler(EngineConfig(data_width=64, n_qp=n_qp)),
            f"ack_handler_{n_qp}")
+
+
+@pytest.mark.parametrize("n_qp", [16, 5, 4096])
+def test_completer_longest_path(tmp_path, n_qp):
+    """The completer alone (its default pool of 256 WRs) at 16, 5 and 4096 QPs: its per-QP
+    rows are a RAM, so the paths do not grow with the QP count."""
+    from roce_hw.ctrl.completer import Completer
+    _check(tmp_path, 64, Completer(EngineConfig(data_width=64, n_qp=n_qp)),
+           f"completer_{n_qp}")
