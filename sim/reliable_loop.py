@@ -211,8 +211,13 @@ class HardwareRequester(LoopRequester):
     keep_tx : bool
         Keep every frame sent in :attr:`sent` as well (:class:`sim.backend.TxFrame`).
     progress : callable, optional
-        Called after each :meth:`run_until` as ``progress(cycle, wrs_accepted, frames_sent)``
+        Called each time the engine has run, as ``progress(cycle, wrs_accepted, frames_sent)``
         (e.g. :meth:`sim.harness.Progress.update`, which prints at most every few seconds).
+
+    :meth:`run_until` only records its cycle; the engine runs up to it when an output is asked
+    for (:meth:`pop_tx`, :meth:`idle`, ...) or before a WR or a management write, so one loop
+    step costs one back-end call. Received frames carry their cycle and wait for it in the back
+    end's queue.
     """
 
     completes = False
