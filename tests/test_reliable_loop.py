@@ -333,9 +333,9 @@ def test_a_requester_without_completions_is_judged_on_delivery():
 HW_CONFIG = EngineConfig(data_width=64, n_qp=16)
 
 
-def _hw_loop(loss, messages, seed):
+def _hw_loop(loss, messages, seed, backend="verilator"):
     qps, wrs = loop_workload(n_qps=4, messages=messages, sizes=(0, 3 * 1024), seed=seed)
-    hw = HardwareRequester(config=HW_CONFIG, backend="verilator", seed=seed)
+    hw = HardwareRequester(config=HW_CONFIG, backend=backend, seed=seed)
     try:
         r = run_reliable_loop(qps, wrs, requester=hw, seed=seed, network={"drop": loss},
                               max_cycles=400_000)
@@ -377,3 +377,14 @@ def test_hardware_in_the_loop_reports_loss():
     assert r.requester["ack_naks_seq"] + r.requester["ack_naks_stale"] <= r.wire["rsp_nak_0x60"]
     assert r.requester["ack_naks_seq"] >= 1
     assert r.wire.get("tx_retransmitted", 0) == 0 and r.by_status == {}
+
+
+@pytest.mark.slow
+@pytest.mark.tools("verilator")
+def test_hardware_in_the_loop_same_on_both_back_ends():
+    """HardwareRequester on Amaranth's simulator and on Verilator: the same loop, the same
+    report (cycles, counters, network, verdict), with losses."""
+    reports = [_hw_loop(0.2, 8, seed=23, backend=b)[2].summary()
+               for b in ("amaranth", "verilator")]
+    assert reports[0] == reports[1]
+    assert sum(reports[0]["network"][d].get("dropped", 0) for d in ("fwd", "rev")) > 0
