@@ -9,11 +9,12 @@ that checks reliable delivery (issue 35).
         +--------- LossyLink rev <--(port, data_width)--------+
 
 The requester sits behind the small interface :class:`LoopRequester`; :class:`ModelRequester`
-puts :class:`roce_hw.model.reliable.ReliableRequester` behind it, and a hardware adapter (the
-engine through :class:`sim.backend.EngineApi`) can replace it: see :class:`LoopRequester` for
-what each method must do. The responder is :class:`sim.peer.ResponderModel` (Linux rxe's
-responder rules, independent of the requester model); it answers in the cycle a frame arrives
-(plus ``responder_latency``) and sends its replies through a port of the same width.
+puts :class:`roce_hw.model.reliable.ReliableRequester` behind it, :class:`HardwareRequester` the
+whole engine (:class:`roce_hw.top.EngineTop` through :class:`sim.backend.EngineApi`, either back
+end): see :class:`LoopRequester` for what each method must do. The responder is
+:class:`sim.peer.ResponderModel` (Linux rxe's responder rules, independent of the requester
+model); it answers in the cycle a frame arrives (plus ``responder_latency``) and sends its
+replies through a port of the same width.
 
 :func:`run_reliable_loop` runs until every work request is finished and the network is empty,
 then checks and reports (:class:`LoopReport`):
@@ -29,7 +30,15 @@ then checks and reports (:class:`LoopReport`):
   before), ACKs and NAKs by kind the responder sent, the requester's counters (timeouts, RNR
   waits, ...), completions by status, the network's fault counts;
 * goodput: payload bytes of the messages delivered / (cycles x bytes per beat), cycles from 0
-  (all WRs posted) to the cycle after the last completion.
+  (all WRs posted) to the cycle after the last completion -- or, for a requester that makes no
+  completions yet (``completes = False``: the hardware today), after the last message the
+  responder completed; ``delivery_goodput`` always uses the latter, so both kinds of requester
+  compare on the same basis.
+
+A requester with ``completes = False`` is not held to "every signaled WR completes SUCCESS"
+(``completions_ok`` is then ``None``, not checked, unless a completion it did make is wrong: a
+WR twice, or SUCCESS for a message never delivered); every message must still be delivered
+(``all_delivered``) for :attr:`LoopReport.ok`.
 """
 
 import random
@@ -37,13 +46,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from roce_hw import proto
-from roce_hw.model.reliable import ReliableRequester
+from roce_hw.model.reliable import ReliableRequester, wc_opcode
 from sim.bfm import QPSetup, WorkItem, qp_context
 from sim.lossy import LossyNetwork, frame_class
 from sim.peer import ResponderModel
 
-__all__ = ["CLOCK_HZ", "LoopRequester", "ModelRequester", "LoopReport", "reliable_context",
-           "loop_workload", "make_responder", "run_reliable_loop", "EXPECTED_KIND"]
+__all__ = ["CLOCK_HZ", "LoopRequester", "ModelRequester", "HardwareRequester", "LoopReport",
+           "reliable_context", "loop_workload", "make_responder", "run_reliable_loop",
+           "EXPECTED_KIND"]
 
 #: Clock per width (Hz), as :data:`sim.traffic.CLOCK_MHZ`.
 CLOCK_HZ = {64: 156_250_000, 128: 250_000_000, 256: 250_000_000, 512: 322_000_000,
@@ -63,7 +73,9 @@ _NEEDS_RECV = (proto.WrOpcode.SEND, proto.WrOpcode.SEND_WITH_IMM,
 class LoopRequester:
     """What :func:`run_reliable_loop` needs of a requester (the model or the hardware).
 
-    Attributes: ``data_width`` (bits) and ``cycle`` (the next cycle not yet simulated).
+    Attributes: ``data_width`` (bits), ``cycle`` (the next cycle not yet simulated) and
+    ``completes`` (True: every signaled WR gets a completion; False: only some do -- the
+    hardware's status stream reports refused WRs only, for now).
     Methods, all at :attr:`cycle` unless said otherwise:
 
     * ``write_qp(index, ctx)``: management write of a whole QP row (a dict of
@@ -88,6 +100,7 @@ class LoopRequester:
 
     data_width = 512
     cycle = 0
+    completes = True
 
     def write_qp(self, index, ctx):
         raise NotImplementedError
@@ -167,6 +180,157 @@ class ModelRequester(LoopRequester):
         return dict(self.model.counters)
 
 
+class HardwareRequester(LoopRequester):
+    """The whole engine (:class:`roce_hw.top.EngineTop`, the ``roce_engine`` module) behind
+    :class:`LoopRequester`, driven through :class:`sim.backend.EngineApi` on either back end.
+
+    What the engine has today (docs/reliability.md): its TX path sends every WR once; the ACK
+    handler checks each received ACK/NAK, advances the QP's ``una_psn`` and counts it
+    (``ack_*`` counters, :data:`roce_hw.proto.ACK_COUNTERS`); nothing is sent again and there
+    is no completion queue. So ``completes = False``: :meth:`pop_completions` gives the status
+    stream's reports, which are refused WRs only (``LOC_QP_OP_ERR``, ``LOC_LEN_ERR``), with
+    ``opcode`` taken from the posted WR (the status stream does not carry it) and ``byte_len``
+    0. There are no timers, so ``timeouts``/``rnr_waits`` do not exist in :meth:`counters`
+    (the engine's counters, by port name: ``tx_frames``, ``rx_icrc``, ``ack_acks``, ...).
+
+    Parameters
+    ----------
+    engine : EngineApi, optional
+        An engine top opened with ``top="engine"``; default: :func:`sim.backend.open_engine`
+        of ``config`` on ``backend`` with ``seed`` (its idle/stall generators, all off unless
+        set with ``engine.set_random``).
+    local_mac, local_ip
+        The engine's addresses (``set_addr``).
+    slice_cycles : int
+        Cycles the loop may run the engine without looking at the network
+        (:meth:`next_event`). Frames and replies are exact to the cycle when it is at most the
+        network's delay; else a reply can be late by up to ``slice_cycles - delay``.
+    quiet_cycles : int
+        The engine is :meth:`idle` once no input is pending and ``m_axis_tx`` has had no beat
+        for this many cycles.
+    keep_tx : bool
+        Keep every frame sent in :attr:`sent` as well (:class:`sim.backend.TxFrame`).
+    progress : callable, optional
+        Called each time the engine has run, as ``progress(cycle, wrs_accepted, frames_sent)``
+        (e.g. :meth:`sim.harness.Progress.update`, which prints at most every few seconds).
+
+    :meth:`run_until` only records its cycle; the engine runs up to it when an output is asked
+    for (:meth:`pop_tx`, :meth:`idle`, ...) or before a WR or a management write, so one loop
+    step costs one back-end call. Received frames carry their cycle and wait for it in the back
+    end's queue.
+    """
+
+    completes = False
+
+    def __init__(self, engine=None, *, config=None, backend="amaranth", seed=0,
+                 local_mac=0x02_00_00_00_00_01, local_ip=0x0A_00_00_01, slice_cycles=128,
+                 quiet_cycles=200, keep_tx=False, progress=None, log=None):
+        if engine is None:
+            if config is None:
+                raise ValueError("give an engine or a config")
+            from sim.backend import open_engine
+            engine = open_engine(config, backend=backend, top="engine", seed=seed, log=log)
+        if "RX" not in engine.features:
+            raise ValueError("the engine top has no receive port: open it with top='engine'")
+        if slice_cycles < 1 or quiet_cycles < 1:
+            raise ValueError("slice_cycles and quiet_cycles must be >= 1")
+        self.eng = engine
+        self.data_width = engine.config.data_width
+        self.slice_cycles, self.quiet_cycles = int(slice_cycles), int(quiet_cycles)
+        self.sent = [] if keep_tx else None
+        self.progress = progress
+        self.frames_sent = 0
+        engine.set_addr(local_mac, local_ip)
+        self._tx, self._status = [], []
+        self._posted = {}                # (qp, wr_id) -> WorkItem
+        self._beats = engine.count("tx_beats_total")
+        self._active = engine.cycle      # last cycle with a beat or an input pending
+        self._target = engine.cycle      # run_until's cycle, reached by _flush
+
+    @property
+    def cycle(self):
+        return self._target
+
+    def write_qp(self, index, ctx):
+        self._flush()
+        self.eng.push_mgmt(index, 1, ctx)
+
+    def post(self, item):
+        self._flush()
+        self._posted[(item.qp, item.wr_id)] = item
+        self.eng.post(item, wr_id=item.wr_id)
+
+    def push_rx(self, frame, cycle):
+        # A received frame carries its cycle: the engine may still be before it (run_until is
+        # lazy), it waits for that cycle in the back end's queue.
+        self.eng.push_rx(frame, cycle=cycle)
+
+    def _pending(self):
+        e = self.eng
+        return any(e.count(q) for q in ("wr_pending", "payload_pending", "rx_pending",
+                                        "mgmt_pending", "mgmt_outstanding", "resume_pending"))
+
+    def run_until(self, cycle):
+        # Lazy: the engine runs when an output is asked for, so that the loop's two calls per
+        # step (before and after it hands over the network's frames) cost one back-end call.
+        self._target = max(self._target, int(cycle))
+
+    def _flush(self):
+        n = self._target - self.eng.cycle
+        if n <= 0:
+            return
+        busy = self._pending()
+        self.eng.run(n)
+        frames = self.eng.pop_tx()
+        self._tx += frames
+        self.frames_sent += len(frames)
+        if self.sent is not None:
+            self.sent += frames
+        self._status += self.eng.pop_status()
+        beats = self.eng.count("tx_beats_total")
+        if beats != self._beats or busy or self._pending():
+            self._beats = beats
+            self._active = self.eng.cycle
+        if self.progress is not None:
+            self.progress(self.eng.cycle, self.eng.count("wrs_accepted"), self.frames_sent)
+
+    def idle(self):
+        self._flush()
+        return not self._pending() and self.eng.cycle - self._active >= self.quiet_cycles
+
+    def next_event(self):
+        return None if self.idle() else self.eng.cycle + self.slice_cycles
+
+    def pop_tx(self):
+        self._flush()
+        out, self._tx = self._tx, []
+        return out
+
+    def pop_completions(self):
+        self._flush()
+        out = []
+        for s in self._status:
+            item = self._posted.get((int(s["qp"]), int(s["wr_id"])))
+            out.append({"wr_id": int(s["wr_id"]), "qp": int(s["qp"]),
+                        "opcode": None if item is None else wc_opcode(item.opcode),
+                        "status": proto.WcStatus(int(s["status"])), "byte_len": 0,
+                        "cycle": int(s["cycle"])})
+        self._status = []
+        return out
+
+    def set_pause(self, on):
+        raise NotImplementedError("the engine has no PFC pause input yet (issue 35)")
+
+    def counters(self):
+        self._flush()
+        out = dict(self.eng.counters())
+        out.pop("cycle", None)
+        return out
+
+    def close(self):
+        self.eng.close()
+
+
 def reliable_context(q, *, retry_cnt=7, rnr_retry=7, timeout=10, min_rnr_timer=1):
     """The QP row of a :class:`sim.bfm.QPSetup` with the reliability fields set."""
     ctx = qp_context(q)
@@ -226,14 +390,18 @@ def make_responder(qps, wrs, *, min_rnr_timer=1, recv=True, skip_rkeys=(), mac=N
 class LoopReport:
     """What :func:`run_reliable_loop` found (see the module docstring)."""
     finished: bool = False            #: everything done before ``max_cycles``
-    cycles: int = 0                   #: 0 .. the cycle after the last completion
+    #: 0 .. the cycle after the last completion (``completes = False``: ``delivered_cycles``)
+    cycles: int = 0
+    delivered_cycles: int = 0         #: 0 .. the cycle after the responder's last message
     data_width: int = 512
     messages: int = 0                 #: WRs posted
     delivered: int = 0                #: messages the responder completed
     payload_bytes: int = 0            #: their payload bytes
     goodput: float = 0.0              #: payload_bytes / (cycles * bytes per beat)
+    delivery_goodput: float = 0.0     #: payload_bytes / (delivered_cycles * bytes per beat)
     delivery_ok: bool = False         #: exactly once, in order, byte-identical
-    completions_ok: bool = False      #: completions exact
+    #: completions exact; ``None``: not checked (the requester makes no completions yet)
+    completions_ok: bool | None = False
     all_delivered: bool = False       #: every WR of every QP that did not fail delivered
     failed_qps: dict = field(default_factory=dict)     #: QP -> the error status that failed it
     problems: list = field(default_factory=list)       #: what is wrong, in words
@@ -246,12 +414,16 @@ class LoopReport:
 
     @property
     def ok(self):
-        return self.finished and self.delivery_ok and self.completions_ok
+        """Finished; every message delivered exactly once, in order, byte-identical (on every
+        QP that did not fail); completions exact or, without completions, not wrong."""
+        return self.finished and self.delivery_ok and self.all_delivered and \
+            self.completions_ok is not False
 
     def summary(self):
         """The figures as a JSON-ready dict."""
-        keys = ("finished", "cycles", "data_width", "messages", "delivered", "payload_bytes",
-                "goodput", "delivery_ok", "completions_ok", "all_delivered")
+        keys = ("finished", "cycles", "delivered_cycles", "data_width", "messages",
+                "delivered", "payload_bytes", "goodput", "delivery_goodput", "delivery_ok",
+                "completions_ok", "all_delivered")
         out = {k: getattr(self, k) for k in keys}
         out.update(failed_qps={str(k): v for k, v in self.failed_qps.items()},
                    problems=self.problems[:20], by_status=self.by_status, wire=self.wire,
@@ -318,6 +490,7 @@ class _Loop:
         self._port_free = 0
         self.finished = False
         self.end = 0
+        self.delivered_end = 0          # the cycle after the responder's last message
         self.cycle = 0
 
     def post(self, item):
@@ -370,7 +543,11 @@ class _Loop:
             self.wire[f"{where}_nak_{name}"] += 1
 
     def _to_responder(self, t, frame):
-        for reply in self.responder.receive(frame):
+        done = len(self.responder.completions)
+        replies = self.responder.receive(frame)
+        if len(self.responder.completions) != done:
+            self.delivered_end = max(self.delivered_end, t + 1)
+        for reply in replies:
             self._count("rsp", reply)
             start = max(t + self.latency, self._port_free)
             beats = -(-len(reply) // self.bytes_per_beat)
@@ -379,7 +556,10 @@ class _Loop:
 
     # -- the checks ------------------------------------------------------------------------------
     def report(self, qps):
-        r = LoopReport(finished=self.finished, cycles=self.end,
+        completes = getattr(self.requester, "completes", True)
+        r = LoopReport(finished=self.finished,
+                       cycles=self.end if completes else self.delivered_end,
+                       delivered_cycles=self.delivered_end,
                        data_width=self.requester.data_width, messages=len(self.posted))
         r.completions = self.completions
         r.by_status = dict(Counter(proto.WcStatus(c["status"]).name for c in self.completions))
@@ -437,7 +617,9 @@ class _Loop:
                     completions_ok = False
                     problems.append(f"QP {q.index}: wr_id {c['wr_id']} completed SUCCESS but "
                                     "the responder never completed its message")
-            if not failed:
+            if not completes:
+                pass            # only refusals and wrong completions are checked (above)
+            elif not failed:
                 want_ids = [w.wr_id for w in wrs if w.signaled]
                 if [(c["wr_id"], c["status"]) for c in accepted] != \
                         [(i, proto.WcStatus.SUCCESS) for i in want_ids]:
@@ -459,10 +641,14 @@ class _Loop:
                     problems.append(f"QP {q.index}: failed QP's completions are not SUCCESS..., "
                                     f"one error, WR_FLUSH_ERR... in posting order: "
                                     f"{[s.name for s in statuses][:10]}")
+        if not completes and completions_ok:
+            completions_ok = None           # not checked: the requester does not complete
         r.delivery_ok, r.completions_ok, r.all_delivered = delivery_ok, completions_ok, \
             all_delivered
         if not self.finished:
             problems.append("the loop did not finish")
         if r.cycles:
             r.goodput = r.payload_bytes / (r.cycles * self.bytes_per_beat)
+        if r.delivered_cycles:
+            r.delivery_goodput = r.payload_bytes / (r.delivered_cycles * self.bytes_per_beat)
         return r

@@ -5,8 +5,10 @@ Run from the repository root::
 
     python -m sim.rxe --width 64 --seed 1 --messages 20
     python -m sim.rxe --width 512 --seed 7 --messages 100 --qps 4 --pmtu 1024 --pcap build/rxe.pcap
-    python -m sim.rxe --width 64 --seed 1 --messages 8 --corrupt 3     # must fail: exit 1
+    python -m sim.rxe --width 64 --seed 1 --messages 8 --corrupt-frame 3   # must fail: exit 1
     python -m sim.rxe --backend verilator --width 512 --messages 300
+    python -m sim.rxe --backend verilator --messages 300 --qps 4 --loss 0.02 --corrupt 0.01 \
+        --json build/rxe.json                                    # lossy network, both ways
 
 Boots the guest of :mod:`sim.guest` (built on first use and cached under ``build/rxe-guest/``)
 in QEMU, creates one RC QP per engine QP in rxe (an MR for the RDMA WRITEs, receive buffers for
@@ -30,15 +32,31 @@ slice's frames to the bridge with their cycles; both give the same frames at the
 
 ``--scenario FILE`` takes the QPs and WRs of a :mod:`sim.traffic` scenario file (their remote
 QPN/MAC/IP and the WRITE addresses and R_Keys are replaced by the guest's; the fields may be
-omitted). ``--corrupt K`` flips one payload bit of frame K (0-based, in transmit order; the next
-frame with payload if K has none): rxe must drop it, NAK the next frame's PSN gap, and the tool
-must report the failure. The last line is ``N passed, M failed``; the exit status is 0 when all
-messages passed and rxe sent no NAK, 1 otherwise, 2 for usage or set-up errors (QEMU or apt
-missing, the guest does not boot; with ``--backend verilator``, Verilator, g++ or make
-missing).
+omitted). ``--corrupt-frame K`` flips one payload bit of frame K (0-based, in transmit order;
+the next frame with payload if K has none): rxe must drop it, NAK the next frame's PSN gap, and
+the tool must report the failure.
+
+**Lossy network** (:mod:`sim.faults`: ``--loss``, ``--dup``, ``--reorder``, ``--corrupt``,
+``--delay`` probabilities in both directions, ``--drop-data`` ... targeted drops,
+``--net-seed``): any of these options puts a seeded :class:`sim.lossy.LossyNetwork` between the
+engine and rxe and simulates the whole engine (``roce_engine``) instead of the TX top, so that
+rxe's replies, through the reverse link, reach the engine's receive port and its ACK handler
+(:func:`simulate`). The engine does not retransmit yet (docs/reliability.md), so a lossy run
+shows the messages after a loss on their QP as not delivered: that is the expected result today.
+Through a network the verdict is delivery (:attr:`RxeRun.delivery_ok`: every message executed by
+rxe exactly once, in order, with exact data, every rxe QP still in RTS), not "no NAK".
+
+The report ends with a delivery line (``delivery: PASS|FAIL, D of N messages arrived exactly
+once, in order, byte-identical``) and ``N passed, M failed``; ``--json OUT`` writes the same as
+JSON (:func:`run_json`). Exit status: 0 when all messages passed and rxe sent no NAK (through a
+lossy network: when every message was delivered), 1 otherwise, 2 for usage or set-up errors
+(a bad option, QEMU or apt missing, the guest does not boot; with ``--backend verilator``,
+Verilator, g++ or make missing). ``--corrupt`` is a probability: a bare integer (the frame index
+of ``--corrupt-frame``) is refused.
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import random
@@ -51,8 +69,10 @@ from pathlib import Path
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, EngineConfig
 
+from sim import faults
 from sim.bfm import QPSetup, parse_ip, parse_mac
 from sim.traffic import CLOCK_MHZ, OP_NAMES, OPS
+from sim.vm import parse_roce
 
 __all__ = ["PMTUS", "ENGINE_MAC", "ENGINE_IP", "GUEST_MAC", "GUEST_IP", "SLICE_CYCLES",
            "Message", "QPResult", "RxeRun", "random_messages", "plan_frames", "setup_guest",
@@ -89,7 +109,13 @@ class Message:
     altered: bool = False      #: a frame was altered or dropped on the way (hooks)
     acked: bool = False
     naked: bool = False
+    data_ok: bool = True       #: rxe's memory / receive completion holds exactly the message
     problems: list = field(default_factory=list)
+
+    @property
+    def delivered(self):
+        """rxe executed it (ACKed its last PSN) and its data landed exactly."""
+        return self.acked and self.data_ok
 
     @property
     def last_psn(self):
@@ -115,6 +141,7 @@ class QPResult:
     memory_ok: bool = True        #: every WRITE target exact
     untouched_ok: bool = True     #: the rest of the MR unchanged
     completions_ok: bool = True
+    extra_completions: int = 0    #: receive completions no message of the run accounts for
     state: str = ""
     passed: int = 0
     failed: int = 0
@@ -133,9 +160,33 @@ class RxeRun:
     unanswered: int = 0
     sim_seconds: float = 0.0
     wait_seconds: float = 0.0
-    corrupted: tuple | None = None     #: (frame index, guest QPN, PSN) of --corrupt
+    corrupted: tuple | None = None     #: (frame index, guest QPN, PSN) of --corrupt-frame
     bridge: object = None
     backend: str = "amaranth"          #: the simulation back end (:mod:`sim.backend`)
+    network: object = None             #: the :class:`sim.lossy.LossyNetwork`, if any
+    #: the network's keyword arguments (:func:`sim.faults.network_options`)
+    network_options: dict | None = None
+    #: :func:`simulate`'s ``stats``: top, engine_frames, retransmitted, counters
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def delivered(self):
+        """Messages rxe executed with their data exact (:attr:`Message.delivered`)."""
+        return sum(m.delivered for m in self.messages)
+
+    @property
+    def delivery_ok(self):
+        """Every message arrived exactly once, in order, byte-identical: each executed by rxe
+        with exact data, no receive completion too many, the rest of every MR untouched, every
+        rxe QP still in RTS, no WR refused."""
+        return self.delivered == len(self.messages) and not self.refused and all(
+            q.untouched_ok and q.completions_ok and q.state == "RTS" for q in self.qps)
+
+    @property
+    def verdict(self):
+        """The exit verdict: :attr:`ok` without a network; :attr:`delivery_ok` through one
+        (there NAKs are part of the game, losses are not)."""
+        return self.delivery_ok if self.network is not None else self.ok
 
     @property
     def passed(self):
@@ -259,8 +310,46 @@ def engine_config(width, setups):
     return EngineConfig(data_width=width, n_qp=max(16, max(q.index for q in setups) + 1))
 
 
+class RxeExpectation:
+    """Which frames rxe will act on, for :class:`sim.vm.RxeBridge`'s ``expect_reply`` when a
+    lossy network sits in front of the guest: a model of each guest QP's expected PSN.
+
+    rxe (6.1, ../shared/TOOLCHAIN.md) drops a frame with a bad iCRC silently, executes the frame
+    whose PSN it expects (and answers it if it asks for an ACK), sends one NAK for a PSN ahead
+    (then drops the others of that gap silently) and re-ACKs a duplicate. Only frames with a
+    good iCRC (checked with :func:`sim.oracle.protocol_icrc_bytes`) and the expected PSN are
+    worth waiting for: every other frame's answer, if any, is collected all the same, but the
+    simulation is not held for it (without this, each AckReq frame after a reordering would
+    cost a ``--reply-timeout``)."""
+
+    def __init__(self):
+        self.epsn = {}               # guest QPN -> the PSN rxe expects
+
+    def expect(self, guest_qpn, psn):
+        """Guest QP ``guest_qpn`` expects ``psn`` first (its ``rq_psn``)."""
+        self.epsn[guest_qpn] = psn & proto.PSN_MASK
+
+    @staticmethod
+    def icrc_ok(frame):
+        from sim.oracle import protocol_icrc_bytes
+        total = int.from_bytes(frame[16:18], "big")      # IPv4 total length
+        end = 14 + total
+        if total < 24 or end > len(frame):
+            return False
+        return protocol_icrc_bytes(frame[14:end - 4]) == frame[end - 4:end]
+
+    def __call__(self, frame, info):
+        want = self.epsn.get(info.dest_qp)
+        if want is None:
+            return True
+        if info.psn != want or not self.icrc_ok(frame):
+            return False
+        self.epsn[info.dest_qp] = (want + 1) & proto.PSN_MASK
+        return True
+
+
 def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycles=None,
-             backend="amaranth", slice_cycles=None):
+             backend="amaranth", slice_cycles=None, network=None, stats=None):
     """Simulate the TX engine (``roce_tx``, :class:`roce_hw.top.TxTop`) on ``msgs`` on
     ``backend`` (:func:`sim.backend.open_engine`) with every frame going through ``bridge``;
     returns ``(cycles, refused WR statuses)``.
@@ -272,8 +361,18 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
     its payload went in and the ``n_expected`` frames (less those of WRs the engine refused)
     came out; ``cycles`` is the cycle count after the last frame or refusal report, whatever
     the slice length (the last slice stops there when it can: ``until_tx``). Raises
-    :class:`sim.backend.BackendUnavailable` when the back end cannot run here."""
-    from sim.backend import open_engine
+    :class:`sim.backend.BackendUnavailable` when the back end cannot run here.
+
+    With ``network`` (a :class:`sim.lossy.LossyNetwork`), the whole engine (``roce_engine``,
+    :class:`roce_hw.top.EngineTop`) is simulated instead: each RoCEv2 frame it sends is put
+    into ``network.fwd`` at the cycle after its last beat and reaches rxe when it comes out
+    (cycles of the engine's clock; a slice's frames come out at the end of the slice, or the
+    next one), and rxe's frames go from the bridge through ``network.rev`` into the engine's
+    receive port, where its ACK handler counts them. At the end the network is emptied and the
+    engine runs until its inputs are consumed. ``stats`` (a dict), if given, receives
+    ``top``, ``engine_frames`` (RoCEv2 frames the engine sent), ``retransmitted`` (those whose
+    QP and PSN it had sent before) and ``counters`` (the engine's, ``None`` for the TX top)."""
+    from sim.backend import open_engine, tx_kind
     from sim.bfm import WorkItem
     config = engine_config(width, setups)
     nbytes = width // 8
@@ -282,7 +381,11 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
         max_cycles = 5000 + 4 * (total // nbytes + n_expected * (128 // nbytes + 4))
     step = int(slice_cycles or SLICE_CYCLES.get(backend, 512))
     refused, refused_frames = [], 0
-    with open_engine(config, backend=backend, top="tx") as eng:
+    stats = {} if stats is None else stats
+    stats.update(top="roce_engine" if network is not None else "roce_tx", engine_frames=0,
+                 retransmitted=0, counters=None)
+    seen = set()
+    with open_engine(config, backend=backend, top="tx" if network is None else "engine") as eng:
         eng.set_addr(ENGINE_MAC, ENGINE_IP)
         for q in setups:
             eng.write_qp(q)
@@ -297,7 +400,8 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
         done_at = 0             # the cycle count after the last frame or refusal so far
         limit = False
         while True:
-            left = n_expected - refused_frames - bridge.frames_out - bridge.aborted
+            out = bridge.frames_out if network is None else stats["engine_frames"]
+            left = n_expected - refused_frames - out - bridge.aborted
             if left <= 0 and not eng.count("wr_pending") and \
                     not eng.count("payload_pending"):
                 break
@@ -321,14 +425,65 @@ def simulate(width, setups, msgs, bridge, *, n_expected, progress=None, max_cycl
             frames = eng.pop_tx()
             if frames:
                 done_at = max(done_at, int(frames[-1].last) + 1)
-            bridge.deliver_frames(frames, eng.cycle)
+            if network is not None:
+                frames = [f for f in frames if tx_kind(f.data) == "data"]
+            for f in frames:
+                info = None if f.tuser else parse_roce(f.data)
+                if info is not None:
+                    stats["retransmitted"] += (info.dest_qp, info.psn) in seen
+                    seen.add((info.dest_qp, info.psn))
+            if network is None:
+                bridge.deliver_frames(frames, eng.cycle)
+            else:
+                stats["engine_frames"] += sum(not f.tuser for f in frames)
+                _through_network(eng, bridge, network, frames, eng.cycle)
             if progress is not None and time.monotonic() - last_report > 5:
                 last_report = time.monotonic()
                 progress(f"  cycle {eng.cycle}: {bridge.frames_out}/{n_expected} frames "
                          f"to rxe, {len(bridge.replies)} replies")
         cycles = eng.cycle if limit else done_at
+        if network is not None:
+            _drain_network(eng, bridge, network)
+            stats["counters"] = eng.counters()
     bridge.flush(cycles)
     return cycles, refused
+
+
+def _through_network(eng, bridge, network, frames, cycle):
+    """One slice of the lossy path: the engine's ``frames`` into ``network.fwd``, what comes
+    out of it by ``cycle`` to rxe, rxe's frames into ``network.rev``, what comes out of that
+    into the engine's receive port."""
+    for f in frames:
+        if f.tuser:
+            bridge.output_frame(f.data, int(f.last) + 1, aborted=True)
+        else:
+            network.fwd.put(f.data, int(f.last) + 1)
+    for t, data in network.fwd.pop(cycle):
+        bridge.output_frame(data, t)
+    bridge.poll(cycle)
+    while bridge.rx_queue:
+        t, data = bridge.rx_queue.popleft()
+        network.rev.put(data, max(t, cycle))
+    for t, data in network.rev.pop(cycle):
+        eng.push_rx(data, cycle=t)
+
+
+def _drain_network(eng, bridge, network, quiet=200):
+    """After the last frame: everything still in the network reaches its end, rxe answers
+    (bounded by the bridge's reply timeout), and the engine runs until it has taken every
+    frame and its output is quiet for ``quiet`` cycles."""
+    while True:
+        times = [t for t in (network.fwd.next_time(), network.rev.next_time()) if t is not None]
+        if not times and not bridge.rx_queue:
+            bridge.flush(eng.cycle)
+            if not bridge.rx_queue:
+                break
+        cycle = max([eng.cycle] + times)
+        if cycle > eng.cycle:
+            eng.run(cycle - eng.cycle)
+            eng.pop_tx()                    # the engine sends nothing new: nothing to pass on
+        _through_network(eng, bridge, network, [], eng.cycle)
+    eng.run(network.rev.delay + 1 + 100_000, quiet=quiet)
 
 
 # -- verification ----------------------------------------------------------------------------
@@ -336,8 +491,10 @@ def _psn_in(psn, first, count):
     return ((psn - first) & proto.PSN_MASK) < count
 
 
-def verify(vm, bridge, setups, msgs, guest):
-    """Check every message against what rxe reports; returns the list of :class:`QPResult`."""
+def verify(vm, bridge, setups, msgs, guest, *, lossy=False):
+    """Check every message against what rxe reports; returns the list of :class:`QPResult`.
+    ``lossy``: a lossy network sat between the engine and rxe (a frame that did not reach rxe
+    was lost there, not unsent)."""
     from sim.vm import parse_roce
     results = []
     # What went to rxe, per guest QP and PSN.
@@ -377,9 +534,10 @@ def verify(vm, bridge, setups, msgs, guest):
             m.acked = any(((a - m.last_psn) & proto.PSN_MASK) < (1 << 23) for a in acks)
             m.naked = any(_psn_in(p, m.first_psn, m.packets) for _, p in r.nak_list)
             if m.frames < m.packets:
-                m.problems.append(f"{m.packets - m.frames} of {m.packets} frames not sent")
+                m.problems.append(f"{m.packets - m.frames} of {m.packets} frames "
+                                  f"{'lost in the network' if lossy else 'not sent'}")
             if m.altered:
-                m.problems.append("a frame was altered on the way (--corrupt)")
+                m.problems.append("a frame was altered on the way (--corrupt-frame)")
             if not m.acked:
                 m.problems.append("rxe did not ACK its last PSN")
             if m.naked:
@@ -395,6 +553,7 @@ def verify(vm, bridge, setups, msgs, guest):
             for m, h in zip(writes, hashes):
                 if h != hashlib.sha256(m.payload).hexdigest():
                     m.problems.append("guest memory differs from the WRITE payload")
+                    m.data_ok = False
                     r.memory_ok = False
         whole = vm.call("mem_hash", handle=g["handle"], ranges=[[0, g["mr_size"]]])[0]
         r.untouched_ok = whole == hashlib.sha256(bytes(image)).hexdigest() or not r.memory_ok
@@ -427,11 +586,13 @@ def verify(vm, bridge, setups, msgs, guest):
                 why = "received data differs from the SEND payload"
             if why:
                 m.problems.append(why)
+                m.data_ok = False
                 r.completions_ok = False
         extra = [wc for wc in wcs if wc["opcode"].startswith("RECV")
                  and wc["wr_id"] not in {m.recv_seq for m in recvs}]
         if extra:
             r.completions_ok = False
+            r.extra_completions = len(extra)
         r.state = vm.call("query_qp", handle=g["handle"])["state"]
         r.passed = sum(m.passed for m in mine)
         r.failed = len(mine) - r.passed
@@ -441,37 +602,53 @@ def verify(vm, bridge, setups, msgs, guest):
 
 # -- one run ---------------------------------------------------------------------------------
 def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progress=None,
-            backend="amaranth"):
+            backend="amaranth", network=None):
     """Run ``msgs`` on the engine at ``width`` bits, simulated on ``backend`` (``"amaranth"`` or
     ``"verilator"``), into the booted ``vm``; returns an :class:`RxeRun`. The guest QPs are
     destroyed afterwards (the VM can be reused). Raises :class:`sim.backend.BackendUnavailable`
-    when the back end cannot run here."""
+    when the back end cannot run here.
+
+    ``network``: keyword arguments of :class:`sim.lossy.LossyNetwork` (from
+    :func:`sim.faults.network_options`): the whole engine then runs behind that network, both
+    directions (:func:`simulate`)."""
+    from sim.lossy import LossyNetwork
     from sim.vm import RxeBridge
     plan = plan_frames(setups, msgs)
     corrupted = None
     hook = None
     if corrupt is not None:
         if not 0 <= corrupt < len(plan):
-            raise ValueError(f"--corrupt {corrupt}: the run has {len(plan)} frames "
+            raise ValueError(f"--corrupt-frame {corrupt}: the run has {len(plan)} frames "
                              f"(0 to {len(plan) - 1})")
         target = next((k for k in range(corrupt, len(plan)) if plan[k][2] > 0), None)
         if target is None:
-            raise ValueError(f"--corrupt {corrupt}: no frame from {corrupt} on has payload")
+            raise ValueError(f"--corrupt-frame {corrupt}: no frame from {corrupt} on has "
+                             f"payload")
         hook = corrupt_hook(target)
         corrupted = [target, None, plan[target][1]]
+    options, net = network, None
+    expect = None
+    if options is not None:
+        net = LossyNetwork(**options)
+        expect = RxeExpectation()
+    stats = {}
     counters0 = vm.call("counters")
     guest = setup_guest(vm, setups, msgs)
     try:
-        bridge = RxeBridge(vm, reply_timeout=reply_timeout, to_guest_hook=hook)
+        bridge = RxeBridge(vm, reply_timeout=reply_timeout, to_guest_hook=hook,
+                           expect_reply=expect)
         bridge.guest_qps = guest
         for q in setups:
             bridge.pair(guest[q.index]["qpn"], proto.LOCAL_QPN_BASE + q.index)
+            if expect is not None:
+                expect.expect(guest[q.index]["qpn"], q.start_psn)
         vm.drain_frames()
         t0 = time.monotonic()
         cycles, refused = simulate(width, setups, msgs, bridge, n_expected=len(plan),
-                                   progress=progress, backend=backend)
+                                   progress=progress, backend=backend, network=net,
+                                   stats=stats)
         sim_seconds = time.monotonic() - t0
-        results = verify(vm, bridge, setups, msgs, guest)
+        results = verify(vm, bridge, setups, msgs, guest, lossy=net is not None)
         counters1 = vm.call("counters")
     finally:
         for d in guest.values():
@@ -487,7 +664,8 @@ def run_rxe(vm, width, setups, msgs, *, corrupt=None, reply_timeout=2.0, progres
     return RxeRun(width=width, backend=backend, messages=msgs, qps=results, counters=delta,
                   cycles=cycles, frames=bridge.frames_out, refused=refused,
                   unanswered=len(bridge.unanswered), sim_seconds=sim_seconds,
-                  wait_seconds=bridge.wait_seconds, corrupted=corrupted, bridge=bridge)
+                  wait_seconds=bridge.wait_seconds, corrupted=corrupted, bridge=bridge,
+                  network=net, network_options=options, stats=stats)
 
 
 def report(run, out=sys.stdout):
@@ -520,7 +698,73 @@ def report(run, out=sys.stdout):
     p(f"{run.frames} frames in {run.cycles} cycles at {run.width} bits; simulation "
       f"({run.backend}) {run.sim_seconds:.1f} s of which {run.wait_seconds:.2f} s waiting for "
       f"rxe; {run.unanswered} AckReq frames unanswered")
+    if run.network is not None:
+        doc = run_json(run)
+        parts = []
+        for k in ("fwd", "rev"):
+            c = doc["network"][k]
+            parts.append(f"{k} {c['dropped'] + c['targeted_dropped']} dropped, "
+                         f"{c['duplicated']} duplicated, {c['reordered']} reordered, "
+                         f"{c['corrupted']} corrupted")
+        p("network: " + "; ".join(parts))
+        rel = doc["reliability"]
+        naks = rel["naks_received"]
+        p(f"engine: {rel['acks_received']} ACKs and {naks['seq']}/{naks['rnr']}/"
+          f"{naks['fatal']} sequence/RNR/fatal NAKs received, {rel['retransmitted']} packets "
+          f"retransmitted")
+    lost = len(run.messages) - run.delivered
+    p(faults.delivery_line(run.delivered, len(run.messages), run.delivery_ok,
+                           lost_reason=run.network is not None and lost > 0))
     p(f"{run.passed} passed, {run.failed} failed")
+
+
+def run_json(run):
+    """The JSON summary of a run (``--json``): the run's figures, per QP and per message, and
+    the ``network``, ``reliability`` and ``delivery`` sections of :mod:`sim.faults`
+    (``network`` is ``null`` without the lossy network; ``reliability.ack_counters`` and the
+    NAKs received are ``null`` for the TX top, which has no receive path)."""
+    naks_sent = collections.Counter()
+    for _, info, _ in run.bridge.replies if run.bridge is not None else ():
+        if info.is_ack and info.is_nak:
+            naks_sent["rnr" if info.syndrome >> 5 == 1 else f"{info.syndrome:#04x}"] += 1
+    by_status = collections.Counter(proto.WcStatus(r["status"]).name for r in run.refused
+                                    if r["status"] >= 0)
+    stats = run.stats or {}
+    refused = sum(1 for r in run.refused if r["wr_id"])
+    acked = [m for m in run.messages if m.acked]
+    return {
+        "width": run.width, "backend": run.backend, "top": stats.get("top", "roce_tx"),
+        "cycles": run.cycles, "frames_to_rxe": run.frames,
+        "engine_frames": stats.get("engine_frames", run.frames),
+        "passed": run.passed, "failed": run.failed, "ok": run.verdict,
+        "unanswered": run.unanswered, "corrupted_frame": run.corrupted,
+        "qps": [{**{k: getattr(q, k) for k in (
+            "index", "guest_qpn", "pmtu", "start_psn", "messages", "frames", "acks", "naks",
+            "memory_ok", "untouched_ok", "completions_ok", "extra_completions", "state",
+            "passed", "failed")},
+            "nak_list": [list(n) for n in q.nak_list]} for q in run.qps],
+        "messages": [{"index": m.index, "qp": m.qp, "opcode": OP_NAMES[m.opcode],
+                      "length": len(m.payload), "first_psn": m.first_psn, "packets": m.packets,
+                      "frames": m.frames, "acked": m.acked, "naked": m.naked,
+                      "delivered": m.delivered, "problems": m.problems}
+                     for m in run.messages],
+        "rxe_counters": run.counters, "refused": run.refused,
+        "network": None if run.network is None else
+        faults.network_fields(run.network, run.network_options),
+        "reliability": faults.reliability_fields(
+            stats.get("counters"), retransmitted=stats.get("retransmitted", 0),
+            by_status=by_status, naks_sent=naks_sent),
+        "delivery": {
+            "ok": run.delivery_ok, "messages": len(run.messages), "delivered": run.delivered,
+            "lost": len(run.messages) - run.delivered - refused, "refused": refused,
+            "arrived_ok": all(m.data_ok for m in acked) and all(
+                q.untouched_ok and not q.extra_completions for q in run.qps),
+            "all_arrived": run.delivered == len(run.messages),
+            "rxe_qps_rts": all(q.state == "RTS" for q in run.qps),
+            "problems": [f"message {m.index} (QP {m.qp}): {'; '.join(m.problems)}"
+                         for m in run.messages if m.problems][:20],
+        },
+    }
 
 
 def _scenario(path):
@@ -573,13 +817,28 @@ def main(argv=None):
     ap.add_argument("--pcap", metavar="OUT", default=None,
                     help="write both directions (engine -> rxe, rxe -> engine) to this pcap "
                          "(default: none)")
-    ap.add_argument("--corrupt", metavar="K", type=int, default=None,
+    ap.add_argument("--corrupt-frame", metavar="K", type=int, default=None,
                     help="flip one payload bit of frame K (0-based; default: no corruption)")
+    ap.add_argument("--json", metavar="OUT", default=None,
+                    help="write the run's summary here: per QP, per message, the lossy "
+                         "network's counts, the engine's ACK counters, the delivery verdict "
+                         "(default: none)")
     ap.add_argument("--reply-timeout", type=float, default=2.0,
                     help="seconds to wait for rxe to answer an AckReq frame (default: "
                          "%(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    faults.add_arguments(ap, latency=100)
     args = ap.parse_args(argv)
+    if args.corrupt is not None and args.corrupt.strip().lstrip("+-").isdigit():
+        print(f"error: --corrupt {args.corrupt}: --corrupt is the probability that a frame is "
+              f"corrupted (e.g. 0.01); to flip a bit of frame K use --corrupt-frame K",
+              file=sys.stderr)
+        return 2
+    try:
+        network = faults.network_options(args, seed=args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     settings = {}
     if args.scenario:
         try:
@@ -606,11 +865,11 @@ def main(argv=None):
     if not args.scenario:
         setups, msgs = random_messages(seed=args.seed, messages=args.messages, qps=args.qps,
                                        pmtu=args.pmtu)
-    if args.corrupt is not None:
+    if args.corrupt_frame is not None:
         n = len(plan_frames(setups, msgs))
-        if not 0 <= args.corrupt < n:
-            print(f"error: --corrupt {args.corrupt}: the run has {n} frames (0 to {n - 1})",
-                  file=sys.stderr)
+        if not 0 <= args.corrupt_frame < n:
+            print(f"error: --corrupt-frame {args.corrupt_frame}: the run has {n} frames "
+                  f"(0 to {n - 1})", file=sys.stderr)
             return 2
 
     from sim.backend import BackendUnavailable
@@ -619,7 +878,8 @@ def main(argv=None):
         # build is a set-up error, and the simulation's time does not include the build.
         from sim.verilator import build
         try:
-            build(engine_config(args.width, setups), top="tx", log=log)
+            build(engine_config(args.width, setups), top="tx" if network is None else "engine",
+                  log=log)
         except BackendUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -633,9 +893,9 @@ def main(argv=None):
             log(f"{len(msgs)} messages on {len(setups)} QPs at {args.width} bits "
                 f"({args.backend})")
             try:
-                run = run_rxe(vm, args.width, setups, msgs, corrupt=args.corrupt,
+                run = run_rxe(vm, args.width, setups, msgs, corrupt=args.corrupt_frame,
                               reply_timeout=args.reply_timeout, progress=log,
-                              backend=args.backend)
+                              backend=args.backend, network=network)
             except ValueError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -647,8 +907,11 @@ def main(argv=None):
         Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
         write_pcap(args.pcap, run.bridge.pcap_frames(CLOCK_MHZ[args.width]), nanoseconds=True)
         log(f"wrote {len(run.bridge.capture)} frames to {args.pcap}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(run_json(run), indent=2) + "\n")
     report(run)
-    return 0 if run.ok else 1
+    return 0 if run.verdict else 1
 
 
 if __name__ == "__main__":

@@ -25,6 +25,27 @@ in the same cycles, so the same pcap. A random run's WRs, payloads and idle/stal
 pure function of ``--seed``. Every frame the engine transmits is checked against the golden model
 (:mod:`roce_hw.model`); the JSON has one record per message and the totals: frames, payload bytes,
 cycles, cycles with a beat on the bus, bus utilisation and goodput in bytes per cycle.
+
+**Closed loop and lossy network** (issue 35): ``--closed-loop``, or any option of
+:mod:`sim.faults` (``--loss``, ``--dup``, ``--reorder``, ``--corrupt``, ``--delay``
+probabilities in both directions, ``--drop-data``/``--drop-retx``/``--drop-ack``/``--drop-nak``
+targeted drops, ``--latency``, ``--net-seed``), simulates the whole engine (``roce_engine``)
+against the responder model (:func:`run_closed_loop`) through a seeded
+:class:`sim.lossy.LossyNetwork`, and checks delivery as :mod:`sim.reliable_loop` does. The JSON
+then adds ``network`` (options; per direction ``fwd``/``rev`` the frames in and out, dropped,
+targeted_dropped, duplicated, reordered, corrupted, delayed), ``reliability`` (retransmitted
+packets on the wire, ACKs and NAKs received by kind from the engine's ``ack_*`` counters, the
+iCRC drops, the NAKs the responder sent, ``timeouts`` and ``rnr_waits`` -- 0: the engine has no
+timers yet --, completions by status -- only refused WRs: no completion queue yet --, and
+``not_built`` saying so) and ``delivery`` (``ok``: every message arrived exactly once, in
+order, byte-identical; ``delivered``, ``lost``, ``refused``, ``arrived_ok``: what arrived did
+so exactly once, in order, byte-identical; ``all_arrived``; the problems; the responder's
+counters). The engine does not retransmit yet, so a lossy run loses the messages after a loss
+on their QP: the last line says ``delivery: FAIL ...`` and the run exits 1.
+
+Exit status: 0 when the engine's frames match the golden model, with no framing error and (closed
+loop) every message delivered; 1 when one of those fails or the engine stops moving; 2 for a bad
+option or scenario, or a back end that cannot run here.
 """
 
 import argparse
@@ -38,6 +59,7 @@ from pathlib import Path
 
 from roce_hw import proto
 from roce_hw.config import DATA_WIDTHS, MAX_N_QP, EngineConfig
+from sim import faults
 from sim.backend import BACKENDS
 from sim.bfm import QPSetup, WorkItem, parse_ip, parse_mac, qp_context
 
@@ -118,7 +140,7 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     """
     import time
 
-    from sim.backend import framing_errors, open_engine
+    from sim.backend import open_engine
 
     width = config.data_width
     nbytes = width // 8
@@ -158,6 +180,14 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
     res.sim_seconds = time.monotonic() - t0
     res.sim_cycles = eng.cycle
     eng.close()
+    _add_frames(res, frames)
+    return res
+
+
+def _add_frames(res, frames):
+    """Fill ``res`` (:class:`TrafficResult`, ``wr_cycles`` set) from the :class:`TxFrame` s
+    the engine sent: frames, framing errors and the cycle counts."""
+    from sim.backend import framing_errors
     for k, f in enumerate(frames):
         res.frames.append((f.first, f.last, f.data, bool(f.tuser), f.beats))
         res.framing_errors += [f"frame {k}, {text}" for text in framing_errors(f.errors)]
@@ -167,7 +197,6 @@ def run_traffic(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAU
         res.busy_cycles = sum(f.beats for f in frames)
         res.span_cycles = last.last - first.first + 1
         res.ready_cycles = last.ready_last - first.ready_first + 1
-    return res
 
 
 @dataclass
@@ -179,9 +208,15 @@ class LoopResult:
     violations: list = field(default_factory=list)   #: the responder's complaints
     statuses: list = field(default_factory=list)
     counters: dict = field(default_factory=dict)   #: the engine's counters at the end
-    cycles: int = 0
+    cycles: int = 0                                #: cycles simulated in all
     sim_seconds: float = 0.0
     backend: str = "amaranth"
+    finished: bool = False                         #: done before ``max_cycles``
+    #: the loop's checks and counts (:class:`sim.reliable_loop.LoopReport`)
+    report: object = None
+    network: object = None                         #: the :class:`sim.lossy.LossyNetwork`
+    #: the frames as :func:`run_traffic` reports them (for :func:`summary`)
+    traffic: TrafficResult = None
 
 
 def peer_for(qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP):
@@ -207,53 +242,62 @@ def peer_for(qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP
 
 
 def run_closed_loop(config, qps, wrs, *, local_mac=DEFAULT_LOCAL_MAC, local_ip=DEFAULT_LOCAL_IP,
-                    seed=0, delay=100, slice_cycles=256, backend="amaranth", max_cycles=None,
-                    progress=None, log=None):
-    """The whole engine (:class:`~roce_hw.top.EngineTop`) with the responder model answering:
-    every frame the engine sends goes to :func:`peer_for`'s :class:`sim.peer.ResponderModel`,
-    and its replies (ACKs, NAKs) enter the engine's RX port ``delay`` cycles after the last
-    beat of the frame they answer, at the earliest. The loop runs in slices of
-    ``slice_cycles`` cycles (the network acts between slices, so a reply is late by up to a
-    slice). Returns a :class:`LoopResult`; ``TimeoutError`` if not done in ``max_cycles``."""
+                    seed=0, delay=100, network=None, slice_cycles=None, backend="amaranth",
+                    max_cycles=None, p_stall=0.0, progress=None, log=None):
+    """The whole engine (:class:`~roce_hw.top.EngineTop`) with the responder model answering
+    through a network: every frame the engine sends goes through ``network``'s forward link
+    to :func:`peer_for`'s :class:`sim.peer.ResponderModel`, and its replies (ACKs, NAKs) come
+    back through the reverse link into the engine's RX port.
+
+    The loop is :func:`sim.reliable_loop.run_reliable_loop` with the engine behind
+    :class:`sim.reliable_loop.HardwareRequester`: frames and replies keep their cycles exactly
+    when ``slice_cycles`` (default: the smaller of 128 and the network's delay) is at most the
+    delay. ``network``: ``None`` (lossless, ``delay`` cycles each way), a dict of
+    :class:`sim.lossy.LossyNetwork` keyword arguments (``seed`` and ``delay`` default to these
+    arguments) or a network. ``p_stall``: probability of idle/backpressure cycles on the WR,
+    payload and tx streams. Returns a :class:`LoopResult` (``finished`` False if the loop had
+    not ended within ``max_cycles``; by default generous for the workload)."""
     import time
 
     from sim.backend import open_engine
+    from sim.lossy import LossyNetwork
+    from sim.reliable_loop import HardwareRequester, run_reliable_loop
 
+    if network is None or isinstance(network, dict):
+        network = LossyNetwork(**{"seed": seed, "delay": delay, **(network or {})})
     nbytes = config.data_width // 8
     if max_cycles is None:
         n_frames = sum(max(1, -(-len(w.payload) // _pmtu_of(qps, w.qp))) for w in wrs)
         total = sum(len(w.payload) for w in wrs)
-        max_cycles = 4000 + 4 * (total // nbytes + n_frames * (80 // nbytes + 4)) + 4 * delay
+        slow = max(network.fwd.delay + network.fwd.max_hold + network.fwd.delay_max,
+                   network.rev.delay + network.rev.max_hold + network.rev.delay_max)
+        max_cycles = 4000 + 4 * (total // nbytes + n_frames * (80 // nbytes + 4)) + 8 * slow
+        if p_stall:
+            max_cycles *= 4
     peer = peer_for(qps, wrs, local_mac=local_mac, local_ip=local_ip)
     eng = open_engine(config, backend=backend, top="engine", seed=seed, log=log)
-    eng.set_addr(local_mac, local_ip)
-    for q in qps:
-        eng.write_qp(q)
-    for n, w in enumerate(wrs):
-        eng.post(w, wr_id=w.wr_id or n)
-    res = LoopResult(backend=backend)
+    if p_stall:
+        eng.set_random(wr=p_stall, payload=p_stall, tx=p_stall)
+    step = slice_cycles or max(1, min(128, network.fwd.delay, network.rev.delay))
+    hw = HardwareRequester(eng, local_mac=local_mac, local_ip=local_ip, slice_cycles=step,
+                           keep_tx=True, progress=progress)
+    res = LoopResult(backend=backend, network=network)
     t0 = time.monotonic()
-    while True:
-        ran = eng.run(min(slice_cycles, max_cycles - eng.cycle), quiet=QUIET_CYCLES + delay)
-        for f in eng.pop_tx():
-            res.frames.append(f)
-            for reply in peer.receive(f.data):
-                eng.push_rx(reply, cycle=f.last + delay)
-                res.replies += 1
-        res.statuses += eng.pop_status()
-        if progress is not None:
-            progress(eng.cycle, eng.count("wrs_accepted"), len(res.frames))
-        if ran < slice_cycles and eng.cycle < max_cycles:
-            break
-        if eng.cycle >= max_cycles:
-            eng.close()
-            raise TimeoutError(f"the closed loop did not finish within {max_cycles} cycles: "
-                               f"{len(res.frames)} frames out, {res.replies} replies")
+    rep = run_reliable_loop(qps, wrs, requester=hw, responder=peer, network=network,
+                            max_cycles=max_cycles)
     res.sim_seconds = time.monotonic() - t0
+    res.report, res.finished = rep, rep.finished
     res.cycles = eng.cycle
+    res.frames = hw.sent
+    res.replies = len(peer.sent)
+    res.statuses = [{k: int(c[k]) for k in ("wr_id", "qp", "status")} for c in rep.completions]
     res.counters = eng.counters()
     res.completions = list(peer.completions)
     res.violations = list(peer.violations)
+    res.traffic = TrafficResult(backend=backend, statuses=res.statuses,
+                                wr_cycles=eng.pop_wr_accepts(), sim_cycles=eng.cycle,
+                                sim_seconds=res.sim_seconds)
+    _add_frames(res.traffic, [f for f in hw.sent])
     eng.close()
     return res
 
@@ -466,7 +510,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.traffic", description=__doc__.split("\n\n")[0],
-                                 formatter_class=_HelpFormatter)
+                                 formatter_class=_HelpFormatter,
+                                 epilog="Exit status: 0 the frames match the golden model (and, "
+                                        "closed loop, every message was delivered), 1 they do "
+                                        "not (or messages were lost), 2 a bad option.")
     ap.add_argument("--width", type=int, default=None,
                     help=f"bus width in bits ({', '.join(map(str, DATA_WIDTHS))}); default: the "
                          f"scenario's \"width\", else 512")
@@ -503,6 +550,11 @@ def main(argv=None):
     ap.add_argument("--progress-interval", type=float, default=5.0, metavar="SECONDS",
                     help="seconds between progress lines (messages posted, frames, cycles, "
                          "rate) on stderr")
+    ap.add_argument("--closed-loop", action="store_true",
+                    help="simulate the whole engine (roce_engine) with the responder model "
+                         "answering through the network, and check delivery (any lossy-network "
+                         "option implies it)")
+    faults.add_arguments(ap, latency=100)
     args = ap.parse_args(argv)
 
     try:
@@ -531,30 +583,43 @@ def main(argv=None):
             width = args.width or 512
         n_qp = max([16] + [q.index + 1 for q in qps])
         config = EngineConfig(data_width=width, n_qp=n_qp, ip_id_start=settings["ip_id_start"])
+        net = faults.network_options(args, seed=args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    closed = args.closed_loop or net is not None
+    if closed and net is None:
+        net = {"seed": args.seed, "delay": args._net_latency}
 
     from sim.backend import BackendUnavailable
     from sim.harness import Progress
     if not args.quiet:
         print(f"simulating {len(wrs)} WRs on {len(qps)} QPs at {width} bits "
-              f"({args.backend}) ...", file=sys.stderr)
+              f"({args.backend}{', closed loop' if closed else ''}) ...", file=sys.stderr)
     log = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     if args.backend == "verilator":      # build first, so the progress rate is the simulation's
         from sim.verilator import build
         try:
-            build(config, top="tx", log=log)
+            build(config, top="engine" if closed else "tx", log=log)
         except BackendUnavailable as e:
             print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
             return 2
     progress = Progress("sim.traffic", len(wrs), unit="messages posted",
                         interval=args.progress_interval, enabled=not args.quiet)
+    loop = None
     try:
-        res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
-                          local_ip=settings["local_ip"], seed=args.seed, p_wr_idle=args.stall,
-                          p_payload_idle=args.stall, p_stall=args.stall,
-                          progress=progress.update, backend=args.backend, log=log)
+        if closed:
+            loop = run_closed_loop(config, qps, wrs, local_mac=settings["local_mac"],
+                                   local_ip=settings["local_ip"], seed=args.seed, network=net,
+                                   backend=args.backend, p_stall=args.stall,
+                                   progress=progress.update, log=log)
+            res = loop.traffic
+        else:
+            res = run_traffic(config, qps, wrs, local_mac=settings["local_mac"],
+                              local_ip=settings["local_ip"], seed=args.seed,
+                              p_wr_idle=args.stall, p_payload_idle=args.stall,
+                              p_stall=args.stall, progress=progress.update,
+                              backend=args.backend, log=log)
     except BackendUnavailable as e:
         print(f"error: --backend {args.backend}: {e}", file=sys.stderr)
         return 2
@@ -565,9 +630,15 @@ def main(argv=None):
     expect = expected_frames(config, qps, wrs, local_mac=settings["local_mac"],
                              local_ip=settings["local_ip"])
     got = res.good_frames
+    if closed:      # the engine top also answers ARP and CM: only its RoCEv2 frames count
+        from sim.backend import tx_kind
+        got = [f for f in got if tx_kind(f) == "data"]
     mismatches = count_mismatches(got, expect)
     doc = summary(config, qps, wrs, res)
     doc["totals"]["model_mismatches"] = mismatches
+    verdict = True
+    if closed:
+        verdict = _add_loop_fields(doc, loop, net)
     if args.pcap:
         from sim.pcap import write_pcap
         Path(args.pcap).parent.mkdir(parents=True, exist_ok=True)
@@ -583,7 +654,51 @@ def main(argv=None):
           f"{len(res.statuses)} refused WRs, {mismatches} frames differ from the golden model")
     for error in res.framing_errors[:10]:
         print(f"framing error: {error}", file=sys.stderr)
-    return 1 if mismatches or res.framing_errors else 0
+    if closed:
+        _print_loop(doc)
+    return 1 if mismatches or res.framing_errors or not verdict else 0
+
+
+def _add_loop_fields(doc, loop, net):
+    """Add the closed loop's ``network``, ``reliability`` and ``delivery`` sections to the
+    JSON ``doc``; returns the delivery verdict (True: every message arrived exactly once, in
+    order, byte-identical, and the loop finished)."""
+    rep = loop.report
+    doc["totals"]["closed_loop"] = True
+    doc["network"] = faults.network_fields(loop.network, net)
+    naks_sent = {k[len("rsp_nak_"):]: v for k, v in rep.wire.items()
+                 if k.startswith("rsp_nak_")}
+    doc["reliability"] = faults.reliability_fields(
+        loop.counters, retransmitted=rep.wire.get("tx_retransmitted", 0),
+        by_status=rep.by_status, naks_sent=naks_sent)
+    ok = rep.finished and rep.delivery_ok and rep.all_delivered
+    doc["delivery"] = {
+        "ok": ok, "finished": rep.finished, "messages": rep.messages,
+        "delivered": rep.delivered, "lost": rep.messages - rep.delivered - len(loop.statuses),
+        "refused": len(loop.statuses),
+        "arrived_ok": rep.delivery_ok, "all_arrived": rep.all_delivered,
+        "completions_checked": rep.completions_ok is not None,
+        "problems": rep.problems[:20], "responder": dict(rep.responder),
+    }
+    return ok
+
+
+def _print_loop(doc):
+    net, rel, d = doc["network"], doc["reliability"], doc["delivery"]
+    parts = []
+    for k in ("fwd", "rev"):
+        c = net[k]
+        parts.append(f"{k} {c['dropped'] + c['targeted_dropped']} dropped, {c['duplicated']} "
+                     f"duplicated, {c['reordered']} reordered, {c['corrupted']} corrupted")
+    print("network: " + "; ".join(parts))
+    naks = rel["naks_received"]
+    print(f"engine: {rel['acks_received']} ACKs and {naks['seq']}/{naks['rnr']}/{naks['fatal']} "
+          f"sequence/RNR/fatal NAKs received, {rel['retransmitted']} packets retransmitted")
+    for problem in d["problems"][:10]:
+        print(f"  {problem}")
+    print(faults.delivery_line(d["delivered"], d["messages"] - d["refused"], d["ok"],
+                               lost_reason=d["finished"] and d["arrived_ok"]
+                               and not d["ok"] and d["lost"] > 0))
 
 
 if __name__ == "__main__":

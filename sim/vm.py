@@ -573,15 +573,23 @@ class RxeBridge:
         (``index`` counts frames from 0): return the frame (possibly altered), a list (several
         or none) or ``None`` to drop it. The engine's bookkeeping (:attr:`capture`) records
         what was actually put on the wire, with a note when the hook changed it.
+    expect_reply : callable, optional
+        ``expect_reply(frame, info) -> bool``, called for every RoCEv2 frame sent to the guest
+        (``info`` its :class:`RoceInfo`): whether rxe will act on it, so that an AckReq frame
+        is worth waiting for. By default a frame is waited for unless rxe NAKed its QP and
+        this is not the NAKed PSN sent again; a lossy network (frames reordered, corrupted,
+        PSN gaps rxe drops silently) needs a model of rxe's expected PSN instead
+        (``sim.rxe.RxeExpectation``).
     """
 
     def __init__(self, vm, *, reply_timeout=2.0, window=1, to_guest_hook=None,
-                 from_guest_hook=None):
+                 from_guest_hook=None, expect_reply=None):
         self.vm = vm
         self.reply_timeout = reply_timeout
         self.window = max(1, window)
         self.to_guest_hook = to_guest_hook
         self.from_guest_hook = from_guest_hook
+        self.expect_reply = expect_reply
         self.capture = []                 #: every frame both ways, :class:`CapturedFrame`
         self.replies = []                 #: (cycle, RoceInfo, bytes) of rxe's RoCE frames
         self.rx_queue = collections.deque()   #: (cycle, bytes) for :meth:`drive_input`
@@ -630,10 +638,13 @@ class RxeBridge:
             info = parse_roce(f)
             if info is None:
                 continue
-            blocked = self._blocked.get(info.dest_qp)
-            if blocked == info.psn:               # the NAKed PSN is being sent again
-                del self._blocked[info.dest_qp]
-                blocked = None
+            if self.expect_reply is not None:
+                blocked = None if self.expect_reply(f, info) else "no reply expected"
+            else:
+                blocked = self._blocked.get(info.dest_qp)
+                if blocked == info.psn:               # the NAKed PSN is being sent again
+                    del self._blocked[info.dest_qp]
+                    blocked = None
             if info.ack_req and blocked is None:
                 self._outstanding.append(_Outstanding(self._engine_qpn.get(info.dest_qp),
                                                       info.dest_qp, info.psn, cycle, now))

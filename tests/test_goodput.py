@@ -38,3 +38,25 @@ def test_cli_refuses_bad_arguments(capsys):
     assert main(["--width", "65"]) == 2
     assert main(["--loss", "1.5"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.tools("verilator")
+def test_cli_hardware_requester(tmp_path, capsys):
+    """``--requester hw``: the whole engine (Verilator, 64 bits, 16 QPs: the shared library) in
+    the model loop. At 0 % loss it delivers everything at the model's goodput (both measured to
+    the responder's last message); at 1 % it loses messages -- it does not retransmit yet --
+    and the run says so and exits 1."""
+    out = tmp_path / "hw.json"
+    args = ["--width", "64", "--qps", "1", "--loss", "0,0.01", "--mbytes", "1",
+            "--message-kib", "16"]
+    assert main(["--requester", "hw", *args, "--json", str(out)]) == 1
+    assert "does not retransmit" in capsys.readouterr().err
+    hw = json.loads(out.read_text())
+    assert main(["--requester", "model", *args, "--json", str(out)]) == 0
+    model = json.loads(out.read_text())
+    assert [(r["requester"], r["basis"]) for r in hw] == [("hw", "delivery")] * 2
+    assert hw[0]["ok"] and hw[0]["delivered"] == hw[0]["messages"] == 64
+    assert hw[0]["goodput_bytes_per_cycle"] == pytest.approx(
+        model[0]["delivery_goodput_bytes_per_cycle"], rel=0.01)
+    assert not hw[1]["ok"] and hw[1]["delivered"] < hw[1]["messages"] and hw[1]["naks"] >= 1
+    assert hw[1]["retransmitted"] == 0 and model[1]["ok"] and model[1]["retransmitted"] > 0

@@ -299,3 +299,78 @@ def test_progress_helper():
     assert out.getvalue().count("\n") == 1
     p.finish(9000, 10, 8)
     assert out.getvalue().splitlines()[-1].startswith("x: 10/10 messages, 8 frames, 9000")
+
+
+# --- the lossy network between the engine and the responder model (issue 35) ------------------
+
+@pytest.mark.parametrize("args, word", [
+    (["--loss", "1.5"], "--loss"), (["--dup", "-0.1"], "--dup"),
+    (["--reorder", "lots"], "--reorder"), (["--corrupt", "2"], "--corrupt"),
+    (["--delay", "0.1", "--delay-max", "0"], "--delay-max"), (["--latency", "0"], "--latency"),
+    (["--reorder-depth", "0"], "--reorder-depth"), (["--drop-data", "1,x"], "--drop-data"),
+    (["--drop-ack", ","], "--drop-ack")])
+def test_bad_network_options_exit_2(args, word, capsys):
+    from sim import traffic
+    assert traffic.main(["--width", "64", "--messages", "1", "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and word in err and "Traceback" not in err
+
+
+_LOOP = ["--backend", "verilator", "--width", "64", "--qps", "3", "--messages", "30",
+         "--max-size", "2500", "--seed", "4", "--quiet"]
+
+
+@pytest.mark.tools("verilator")
+def test_lossy_closed_loop_reports_the_loss(tmp_path):
+    """Random faults both ways and one targeted drop: the JSON counts what the network did per
+    direction, what the engine received (every frame out of the reverse link is judged by its
+    ACK handler or dropped for its iCRC), and the delivery verdict; the engine does not
+    retransmit yet, so messages are lost: exit 1 and a FAIL line."""
+    js = tmp_path / "lossy.json"
+    res = _traffic(*_LOOP, "--loss", "0.03", "--dup", "0.03", "--reorder", "0.03",
+                   "--corrupt", "0.03", "--drop-data", "5", "--json", str(js))
+    doc = json.loads(js.read_text())
+    net, rel, d = doc["network"], doc["reliability"], doc["delivery"]
+    keys = {"frames_in", "frames_out", "dropped", "targeted_dropped", "duplicated", "reordered",
+            "corrupted", "delayed"}
+    assert set(net["fwd"]) == set(net["rev"]) == keys
+    assert net["options"]["drop"] == 0.03 and net["options"]["fwd"] == {"drop_data": [5]}
+    assert net["fwd"]["targeted_dropped"] == 1
+    assert net["fwd"]["frames_in"] == doc["totals"]["frames"]
+    assert net["rev"]["frames_in"] == d["responder"]["acks_sent"] + d["responder"]["naks_sent"]
+    assert sum(net[k][x] for k in ("fwd", "rev") for x in ("dropped", "duplicated", "reordered",
+                                                           "corrupted")) > 0
+    assert rel["ack_counters"]["ack_items"] == net["rev"]["frames_out"] - rel["rx_icrc_dropped"]
+    assert rel["naks_received"]["seq"] >= 1 and rel["naks_sent_by_peer"]["0x60"] >= 1
+    assert (rel["retransmitted"], rel["timeouts"], rel["rnr_waits"]) == (0, 0, 0)
+    assert rel["completions_by_status"] == {} and "retransmit" in rel["not_built"]
+    assert d["messages"] == 30 and d["delivered"] + d["lost"] + d["refused"] == 30
+    assert not d["ok"] and d["lost"] >= 1 and d["arrived_ok"] and not d["all_arrived"]
+    assert doc["totals"]["model_mismatches"] == 0       # it sends what it sends without loss
+    assert res.returncode == 1, res.stderr + res.stdout
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("delivery: FAIL") and "does not retransmit" in last
+
+
+@pytest.mark.tools("verilator")
+def test_closed_loop_without_loss_passes(tmp_path):
+    """``--loss 0``: the closed loop delivers every message and the engine's ACK handler counts
+    every ACK; the frames are those of the run without the option (which stays the open-loop
+    run it was: no network section)."""
+    js, js0 = tmp_path / "loop.json", tmp_path / "open.json"
+    res = _traffic(*_LOOP, "--loss", "0", "--json", str(js))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert res.stdout.splitlines()[-1].startswith("delivery: PASS, 30 of 30")
+    doc = json.loads(js.read_text())
+    d, rel, net = doc["delivery"], doc["reliability"], doc["network"]
+    assert d["ok"] and d["delivered"] == 30 and d["lost"] == 0
+    assert rel["acks_received"] == d["responder"]["acks_sent"] == net["rev"]["frames_in"]
+    assert rel["naks_received"] == {"seq": 0, "rnr": 0, "fatal": 0}
+    assert all(net[k][x] == 0 for k in ("fwd", "rev") for x in ("dropped", "corrupted"))
+    res0 = _traffic(*_LOOP, "--json", str(js0))
+    assert res0.returncode == 0, res0.stderr + res0.stdout
+    doc0 = json.loads(js0.read_text())
+    assert "network" not in doc0 and "delivery" not in doc0
+    assert doc0["messages"] == doc["messages"]
+    assert doc0["totals"]["frames"] == doc["totals"]["frames"]
+    assert doc["totals"]["model_mismatches"] == doc0["totals"]["model_mismatches"] == 0
