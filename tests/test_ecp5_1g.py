@@ -181,8 +181,8 @@ def test_build_plan(board, tmp_path):
         assert (tmp_path / f"{name}{ext}").is_file()
     assert (tmp_path / f"build_{name}.sh").is_file()
     lpf = (tmp_path / f"{name}.lpf").read_text()
-    assert "FREQUENCY NET \"pll.clk_out\" 125000000.0 HZ" in lpf
-    assert "FREQUENCY NET \"rx_clk.i\" 125000000.0 HZ" in lpf
+    assert "FREQUENCY PORT \"eth_rgmii_0__rx_clk__io\" 125000000.0 HZ" in lpf
+    assert lpf.count("FREQUENCY PORT") == 2                 # and the oscillator
     for wire in ("tx_clk", "tx_data", "rx_data"):
         assert f"eth_rgmii_0__{wire}__io" in lpf
     il = (tmp_path / f"{name}.il").read_text()

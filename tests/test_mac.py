@@ -333,3 +333,41 @@ def test_crc_rows_match_zlib():
 def test_cdc_rejects_bad_depth():
     with pytest.raises(ValueError, match="power of 2"):
         RxFrameCdc(64, 6)
+
+
+def test_tx_latency_is_documented():
+    """Mac1G's transmit latency as its docstring states it: the first preamble byte on
+    ``gmii_tx`` in cycle ``t + 4``, ``t`` the cycle the frame's last beat is transferred on
+    ``tx`` (FIFO empty, line idle); the first frame byte 8 cycles after that."""
+    frame = bytes(range(100))
+    bench = MacBench(64)
+    mac = bench.mac
+    seen = {}
+
+    async def bench_tb(ctx):
+        beats = -(-len(frame) // 8)
+        for _ in range(20):                  # the line idle, the gap over
+            await ctx.tick()
+        cycle = 0
+        for k in range(beats):
+            chunk = frame[8 * k:8 * k + 8]
+            ctx.set(mac.tx.payload, {"data": int.from_bytes(chunk, "little"),
+                                     "keep": (1 << len(chunk)) - 1, "first": k == 0,
+                                     "last": k == beats - 1})
+            ctx.set(mac.tx.valid, 1)
+            await ctx.tick().until(mac.tx.ready)
+            cycle += 1
+        ctx.set(mac.tx.valid, 0)
+        last_in = cycle
+        while "pre" not in seen or "data" not in seen:
+            await ctx.tick()
+            cycle += 1
+            en, data = ctx.get(mac.gmii_tx.en), ctx.get(mac.gmii_tx.data)
+            if en and "pre" not in seen:
+                seen["pre"] = cycle - last_in
+            if en and data == frame[0] and "data" not in seen and "pre" in seen and \
+                    cycle - last_in - seen["pre"] == 8:
+                seen["data"] = cycle - last_in
+
+    run_simulation(bench, [bench_tb], cycles=400, clocks=RX_CLOCK)
+    assert seen == {"pre": 4, "data": 12}

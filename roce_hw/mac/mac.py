@@ -45,10 +45,12 @@ class Mac1G(wiring.Component):
     (``rx_fifo_depth`` beats) overflows only if ``rx.ready`` stays low (see
     :class:`~roce_hw.mac.cdc.RxFrameCdc`).
 
-    Latency: transmit, from the last beat of a frame on ``tx`` (FIFO empty, line idle) to its
-    first preamble byte on ``gmii_tx``: 4 cycles (FIFO 2, converter 1, transmitter 1), then 8
-    cycles of preamble. Receive: a byte on ``gmii_rx`` reaches its beat on ``rx`` after 7
-    ``rx_domain`` cycles (receiver 6, converter 1) plus the crossing's 3-4 ``sync`` cycles.
+    Latency: transmit, a frame whose last beat is transferred on ``tx`` in cycle ``t`` (FIFO
+    empty, line idle) has its first preamble byte on ``gmii_tx`` in cycle ``t + 4`` (FIFO 2,
+    converter 1, transmitter 1) and its first byte in ``t + 12`` (measured by
+    ``tests/test_mac.py``). Receive: a byte on ``gmii_rx`` reaches its beat on ``rx`` after 8
+    ``rx_domain`` cycles (receiver 7, converter 1; a beat leaves with its last byte) plus the
+    crossing's 3-4 ``sync`` cycles.
     Throughput: line rate both ways (1 Gb/s at 125 MHz: a frame of ``L`` >= 60 bytes every
     ``L + 24`` cycles back to back).
 

@@ -32,9 +32,9 @@ class RxMac(wiring.Component):
     fewer after the SFD never shows on ``o`` (nothing was passed on; it is a runt). Frames of
     any length above that are passed on (the consumer limits the length it takes).
 
-    Latency: a frame byte is on ``o`` 6 cycles after it is on ``gmii`` (an input register, the
-    4-byte FCS delay line, the held byte, the output register); the last byte 2 cycles after
-    RX_DV falls. Throughput: line rate (one byte per cycle).
+    Latency: a frame byte on ``gmii`` in cycle ``c`` is on ``o`` in cycle ``c + 7`` (an input
+    register, the 4-byte FCS delay line, the held byte, the output register; the line keeps
+    bringing bytes); the last byte in cycle ``f + 2`` if RX_DV is low in cycle ``f``. Throughput: line rate (one byte per cycle).
 
     Backpressure: none. The line cannot wait, so ``o.valid`` is high for exactly one cycle per
     byte and ``o.ready`` must be high whenever it is (the consumer,

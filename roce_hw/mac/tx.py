@@ -23,8 +23,9 @@ class TxMac(wiring.Component):
     (``L`` >= 60, else 60) therefore takes exactly ``L + 8 + 4 + 12`` cycles: line rate,
     1 Gb/s at 125 MHz. ``er`` is always 0.
 
-    Latency: a first byte offered while idle (the gap over) is taken 8 cycles later, after the
-    preamble; ``gmii`` is registered, and shows a byte the cycle after it is taken.
+    Latency: a first byte offered in cycle ``t`` while idle (the gap over) is taken in cycle
+    ``t + 9`` (one cycle to start, 8 of preamble, whose first byte is on ``gmii`` in ``t + 2``);
+    ``gmii`` is registered, and shows a byte the cycle after it is taken.
 
     Backpressure: ``i.ready`` is high exactly in the cycles in which a frame byte is sent. The
     line cannot wait: once a frame has started, its next byte must be valid in the cycle after
