@@ -4,7 +4,8 @@ boards of amaranth-boards with an RGMII PHY, built to a bitstream with the YoWAS
 
 Board top (:class:`Ecp5RoceTop`)::
 
-    oscillator -> EHXPLLL 125 MHz ("sync": engine, MAC transmit, RGMII TX clock)
+    oscillator -> EHXPLLL -> 125 MHz ("eth_tx": MAC transmit, RGMII TX clock)
+                          -> 62.5 MHz ("sync": the engine, the MAC's transmit FIFO)
     PHY RX clock ("eth_rx": RGMII receive, MAC receive) -> AsyncFIFO -> "sync"
 
     RGMII pins <-> RgmiiPhy <-> Mac1G <-> RoceEngine (64 bits; ARP, CM, generator inside)
@@ -16,11 +17,15 @@ and ``rts``) and starts the on-chip traffic generator with a txmeta datagram (``
 start``); the generator then sends RDMA WRITEs (or SENDs) at the MAC's line rate.
 
 Clocking: everything but the receive side runs from the board's oscillator through an EHXPLLL
-at 125 MHz (the PHY's receive clock runs only while the link is up, and at 2.5/25 MHz on a
-10/100 link, so it cannot clock the engine); the receive side runs from the PHY's RX clock and
-crosses into the engine's clock in :class:`~roce_hw.mac.cdc.RxFrameCdc`. Reset: the engine's
-domain is held in reset until the PLL locks; the PHY's reset pin (where the board has one) is
-held for :data:`PHY_RESET_CYCLES` cycles after that, and the receive domain with it.
+(the PHY's receive clock runs only while the link is up, and at 2.5/25 MHz on a 10/100 link, so
+it cannot clock the engine): the MAC's transmitter at the line's 125 MHz, the engine at
+:data:`ENGINE_CLOCK_HZ` (62.5 MHz: at 64 bits, 4 Gb/s, four times the line; the whole engine
+closes about 100 MHz on these parts, not 125 -- its management path between the CM and the QP
+table is the limit), crossing in :class:`~roce_hw.mac.cdc.FrameCdc`. The receive side runs from
+the PHY's RX clock and crosses into the engine's clock in :class:`~roce_hw.mac.cdc.RxFrameCdc`.
+Reset: the engine's and the transmitter's domains are held in reset until the PLL locks; the
+PHY's reset pin (where the board has one) is held for :data:`PHY_RESET_CYCLES` engine cycles
+after that, and the receive domain with it.
 
 RGMII clock-to-data skew per board, as LiteEth's board targets set it (litex-boards
 ``targets/*.py``: ``LiteEthPHYRGMII(tx_delay=..., rx_delay=...)``, 2 ns where unset): a
@@ -48,13 +53,15 @@ from roce_hw.mac.rgmii import RgmiiPhy
 from .board import Board
 
 __all__ = ["Ecp5BoardSpec", "SPECS", "BOARDS", "Ecp5RoceTop", "pll_config", "engine_max_frame",
-           "PHY_RESET_CYCLES", "run_yowasp", "parse_report"]
+           "PHY_RESET_CYCLES", "MAC_CLOCK_HZ", "ENGINE_CLOCK_HZ", "run_yowasp", "parse_report"]
 
-#: Cycles of 125 MHz the PHY's reset pin is held after the PLL locks (8.4 ms; PHYs ask for
-#: 10 ms or less from power-up, which the FPGA's configuration has taken already).
+#: Engine cycles the PHY's reset pin is held after the PLL locks (16.8 ms at 62.5 MHz; PHYs
+#: ask for 10 ms or less).
 PHY_RESET_CYCLES = 1 << 20
-#: The MAC's clock.
+#: The MAC's (RGMII's) clock.
 MAC_CLOCK_HZ = 125e6
+#: The engine's clock: the PLL's second output, half the MAC's.
+ENGINE_CLOCK_HZ = MAC_CLOCK_HZ / 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +141,13 @@ def pll_config(f_in, f_out):
 
 
 class _Ecp5Pll(Elaboratable):
-    """One EHXPLLL, CLKOP fed back (as ``ecppll`` writes it); ``clk_out``, ``locked``."""
+    """One EHXPLLL, CLKOP fed back (as ``ecppll`` writes it): ``clk_out`` (``f_out``) and
+    ``clk_half`` (CLKOS, ``f_out / 2``, from the same VCO), ``locked``."""
 
     def __init__(self, clk_in, f_in, f_out):
         self.clk_in = clk_in
         self.clk_out = Signal()
+        self.clk_half = Signal()
         self.locked = Signal()
         self._f_in, self._f_out = f_in, f_out
         self.config = pll_config(f_in, f_out)
@@ -158,6 +167,9 @@ class _Ecp5Pll(Elaboratable):
             p_CLKI_DIV=c["CLKI_DIV"], p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=c["CLKOP_DIV"],
             p_CLKOP_CPHASE=c["CLKOP_DIV"] - 1, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
             p_CLKFB_DIV=c["CLKFB_DIV"],
+            a_FREQUENCY_PIN_CLKOS=str(self._f_out / 2e6), p_CLKOS_ENABLE="ENABLED",
+            p_CLKOS_DIV=2 * c["CLKOP_DIV"], p_CLKOS_CPHASE=2 * c["CLKOP_DIV"] - 1,
+            p_CLKOS_FPHASE=0, o_CLKOS=self.clk_half,
             i_RST=Const(0), i_STDBY=Const(0), i_CLKI=self.clk_in, i_CLKFB=self.clk_out,
             i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
             i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
@@ -173,7 +185,8 @@ class Ecp5RoceTop(Elaboratable):
     On an ECP5 platform (``spec`` given) it requests the board's oscillator and ``eth_rgmii``
     pins and builds the PLL, resets and I/O cells. For simulation (no ``spec``) the RGMII
     wires are :attr:`phy`'s ``ddr_tx``/``ddr_rx`` (drive them with ``sim/rgmii.py``), the
-    simulator clocks ``sync`` and ``eth_rx``, and the PHY reset lasts ``phy_reset_cycles``.
+    simulator clocks ``sync`` (the engine), ``eth_tx`` and ``eth_rx`` (125 MHz), and the PHY
+    reset lasts ``phy_reset_cycles``.
 
     Parameters
     ----------
@@ -201,13 +214,15 @@ class Ecp5RoceTop(Elaboratable):
         self._spec = spec
         self._phy_reset_cycles = phy_reset_cycles
         self.engine = RoceEngine(self.config)
-        self.mac = Mac1G(64, tx_fifo_depth=Mac1G.fifo_depth_for(engine_max_frame(self.config)))
+        self.mac = Mac1G(64, tx_fifo_depth=Mac1G.fifo_depth_for(engine_max_frame(self.config)),
+                         tx_domain="eth_tx")
         # in simulation the PHY (with its DDR wires as members) exists before elaboration
-        self.phy = RgmiiPhy() if spec is None else None
+        self.phy = RgmiiPhy(tx_domain="eth_tx") if spec is None else None
 
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = ClockDomain("sync")
+        m.domains.eth_tx = ClockDomain("eth_tx")
         m.domains.eth_rx = ClockDomain("eth_rx")
         phy_reset = Signal(init=1)      # the PHY (and the receive domain) held in reset
 
@@ -216,7 +231,8 @@ class Ecp5RoceTop(Elaboratable):
             if spec is None:
                 raise ValueError("Ecp5RoceTop needs a board spec on a platform")
             rgmii = platform.request("eth_rgmii", spec.rgmii, dir="-")
-            self.phy = RgmiiPhy(rgmii, tx_delay_ns=spec.tx_delay_ns, rx_delay_ns=spec.rx_delay_ns)
+            self.phy = RgmiiPhy(rgmii, tx_delay_ns=spec.tx_delay_ns,
+                                rx_delay_ns=spec.rx_delay_ns, tx_domain="eth_tx")
             self._clocks(m, platform, rgmii, phy_reset)
         m.submodules.phy = phy = self.phy
         m.submodules.mac = mac = self.mac
@@ -245,14 +261,15 @@ class Ecp5RoceTop(Elaboratable):
         return m
 
     def _clocks(self, m, platform, rgmii, phy_reset):
-        """PLL from the oscillator -> sync; PHY RX clock -> eth_rx; PHY reset pin."""
+        """PLL from the oscillator -> eth_tx, sync; PHY RX clock -> eth_rx; PHY reset pin."""
         clk_name = platform.default_clk
         f_in = platform.default_clk_frequency
         m.submodules.clk_in = clk_in = io.Buffer("i", platform.request(clk_name, 0, dir="-"))
         # (nextpnr derives the PLL output's constraint from the oscillator pin's)
         m.submodules.pll = pll = _Ecp5Pll(clk_in.i, f_in, MAC_CLOCK_HZ)
-        m.d.comb += ClockSignal("sync").eq(pll.clk_out)
+        m.d.comb += [ClockSignal("eth_tx").eq(pll.clk_out), ClockSignal("sync").eq(pll.clk_half)]
         m.submodules.sync_reset = ResetSynchronizer(~pll.locked, domain="sync")
+        m.submodules.tx_reset = ResetSynchronizer(~pll.locked, domain="eth_tx")
 
         m.submodules.rx_clk = rx_clk = io.Buffer("i", rgmii.rx_clk)
         # on the pin: a net inside the design is renamed by synthesis

@@ -26,15 +26,20 @@ RX_CLOCK = {"eth_rx": (CLOCK_PERIOD, CLOCK_PERIOD * 0.37)}
 
 
 class MacBench(Elaboratable):
-    """Mac1G behind an RgmiiPhy without pads (the DDR wires are the model's)."""
+    """Mac1G behind an RgmiiPhy without pads (the DDR wires are the model's); with ``tx_domain``
+    the transmitter and the wires run in ``eth_tx`` (and ``sync``, the engine's side, at
+    another clock)."""
 
-    def __init__(self, width=64, **kw):
-        self.mac = Mac1G(width, **kw)
-        self.phy = RgmiiPhy()
+    def __init__(self, width=64, tx_domain="sync", **kw):
+        self.mac = Mac1G(width, tx_domain=tx_domain, **kw)
+        self.phy = RgmiiPhy(tx_domain=tx_domain)
+        self._tx_domain = tx_domain
 
     def elaborate(self, platform):
         m = Module()
         m.domains.eth_rx = ClockDomain("eth_rx")
+        if self._tx_domain != "sync":
+            m.domains.eth_tx = ClockDomain(self._tx_domain)
         m.submodules.mac, m.submodules.phy = self.mac, self.phy
         m.d.comb += [self.phy.gmii_tx.eq(self.mac.gmii_tx), self.mac.gmii_rx.eq(self.phy.gmii_rx)]
         return m
@@ -62,7 +67,7 @@ async def collect(ctx, s, width, out, count, *, ready=lambda: True):
 
 
 def run_bench(bench, frames, *, width, expect, link_kw=None, cycles=None, rx_ready=None,
-              tx_gap=0):
+              tx_gap=0, clocks=RX_CLOCK):
     """Send ``frames`` (bytes, or ``(bytes, abort)``) on the MAC's ``tx``; collect ``expect``
     frames from ``rx``; return ``(received, link, counters)``."""
     mac = bench.mac
@@ -100,25 +105,36 @@ def run_bench(bench, frames, *, width, expect, link_kw=None, cycles=None, rx_rea
                                                               name))
 
     run_simulation(bench, [source, sink], [link.monitor_tx, link.drive_rx],
-                   cycles=cycles or 2 * total + 2000, clocks=RX_CLOCK)
+                   cycles=cycles or 2 * total + 2000, clocks=clocks)
     return received, link, counters
 
 
-@pytest.mark.parametrize("width,seed", [(64, 0), (64, 1), (256, 2)])
-def test_loopback_byte_identical(width, seed):
+#: The board tops' clocks: the engine's side (``sync``) at half the line's 125 MHz, the
+#: transmitter in ``eth_tx``, the PHY's receive clock at another phase.
+BOARD_CLOCKS = {"eth_tx": (CLOCK_PERIOD / 2, CLOCK_PERIOD * 0.13),
+                "eth_rx": (CLOCK_PERIOD / 2, CLOCK_PERIOD * 0.37)}
+
+
+@pytest.mark.parametrize("width,seed,tx_domain", [(64, 0, "sync"), (64, 1, "sync"),
+                                                  (256, 2, "sync"), (64, 3, "eth_tx")])
+def test_loopback_byte_identical(width, seed, tx_domain):
     """Random frames of 14 to 2000 bytes (every length class: below the 60-byte minimum, at
     it, the 1514/1518-byte maxima, beyond) through TX MAC -> RGMII wires -> RX MAC, back to
     back: each comes back byte for byte (padded to 60 bytes), its wire image has the preamble,
     the SFD and ``zlib.crc32``'s FCS, and consecutive frames start exactly ``L + 8 + 4 + 12``
     byte times apart (1 Gb/s at 125 MHz, 12 idle cycles between frames) whenever the next frame
     is in the store-and-forward FIFO in time (it is no longer than the one before), and never
-    closer."""
+    closer. With ``eth_tx``: the engine's side at half the line's clock, through the transmit
+    crossing, the same."""
     rng = random.Random(seed)
     lengths = [14, 59, 60, 61, 64, 1514, 1518, 2000] + [rng.randrange(14, 1519) for _ in range(4)]
     rng.shuffle(lengths)
     frames = random_frames(rng, lengths)
-    bench = MacBench(width, tx_fifo_depth=Mac1G.fifo_depth_for(2048, width))
-    received, link, c = run_bench(bench, frames, width=width, expect=len(frames))
+    bench = MacBench(width, tx_domain, tx_fifo_depth=Mac1G.fifo_depth_for(2048, width))
+    link_kw = {"loopback": True, "tx_domain": tx_domain}
+    received, link, c = run_bench(bench, frames, width=width, expect=len(frames),
+                                  link_kw=link_kw,
+                                  clocks=RX_CLOCK if tx_domain == "sync" else BOARD_CLOCKS)
 
     assert [f for f, _ in received] == [padded(f) for f in frames]
     assert not any(abort for _, abort in received)

@@ -10,7 +10,12 @@ from amaranth.lib.wiring import In, Out
 from ..config import check_data_width
 from ..lib.stream import FrameSignature, frame_layout
 
-__all__ = ["RxFrameCdc"]
+__all__ = ["RxFrameCdc", "FrameCdc"]
+
+
+def _check_depth(depth):
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 4 or depth & (depth - 1):
+        raise ValueError(f"depth must be a power of 2 of at least 4 beats, not {depth!r}")
 
 
 class RxFrameCdc(wiring.Component):
@@ -48,9 +53,7 @@ class RxFrameCdc(wiring.Component):
 
     def __init__(self, data_width, depth=16, *, w_domain="eth_rx", r_domain="sync"):
         check_data_width(data_width)
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 4 or \
-                depth & (depth - 1):
-            raise ValueError(f"depth must be a power of 2 of at least 4 beats, not {depth!r}")
+        _check_depth(depth)
         self._width = data_width
         self._depth = depth
         self._w_domain = w_domain
@@ -96,5 +99,49 @@ class RxFrameCdc(wiring.Component):
                        pending.eq(in_frame & ~p.first), in_frame.eq(0)]
 
         m.d.comb += [self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data),
+                     fifo.r_en.eq(self.o.ready)]
+        return m
+
+
+class FrameCdc(wiring.Component):
+    """Frames (:func:`~roce_hw.lib.stream.frame_layout` beats) from domain ``w_domain`` into
+    domain ``r_domain`` through a :class:`amaranth.lib.fifo.AsyncFIFO` of ``depth`` beats, with
+    ordinary backpressure on both sides (``i.ready`` low while the FIFO is full).
+
+    Latency: a beat is readable 3 to 4 ``r_domain`` cycles after it is written (two
+    synchroniser stages and the registered read). Throughput: one beat per cycle on each side.
+    A frame that enters without a pause leaves without one as long as the write side's beat
+    rate exceeds the read side's (the transmit path of :class:`~roce_hw.mac.mac.Mac1G`: a
+    64-bit beat per engine cycle in, one per 8 cycles of 125 MHz out).
+
+    Parameters
+    ----------
+    data_width : int
+    depth : int
+        Beats of the FIFO (a power of 2, at least 4).
+    w_domain, r_domain : str
+
+    Members
+    -------
+    i : ``In(FrameSignature(data_width))`` (``w_domain``)
+    o : ``Out(FrameSignature(data_width))`` (``r_domain``)
+    """
+
+    def __init__(self, data_width, depth=16, *, w_domain="sync", r_domain="eth_tx"):
+        check_data_width(data_width)
+        _check_depth(depth)
+        self._width, self._depth = data_width, depth
+        self._w_domain, self._r_domain = w_domain, r_domain
+        super().__init__({"i": In(FrameSignature(data_width)),
+                          "o": Out(FrameSignature(data_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = AsyncFIFO(width=frame_layout(self._width).size,
+                                             depth=self._depth, w_domain=self._w_domain,
+                                             r_domain=self._r_domain)
+        m.d.comb += [fifo.w_data.eq(self.i.payload), fifo.w_en.eq(self.i.valid),
+                     self.i.ready.eq(fifo.w_rdy),
+                     self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data),
                      fifo.r_en.eq(self.o.ready)]
         return m

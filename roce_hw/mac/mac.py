@@ -11,7 +11,7 @@ from .. import proto
 from ..config import check_data_width
 from ..lib.frame_fifo import FrameFifo
 from ..lib.stream import FrameSignature
-from .cdc import RxFrameCdc
+from .cdc import FrameCdc, RxFrameCdc
 from .common import gmii_layout, mac_counters_layout
 from .convert import FrameNarrow, FrameWiden
 from .rx import RxMac
@@ -23,16 +23,22 @@ __all__ = ["Mac1G"]
 class Mac1G(wiring.Component):
     """A 1 Gb/s Ethernet MAC with a ``data_width``-bit frame bus on the engine's side.
 
-    Transmit, all in the ``sync`` domain (the GMII transmit clock, 125 MHz)::
+    Transmit: the FIFO in ``sync`` (the engine's clock), the rest in ``tx_domain`` (the GMII
+    transmit clock, 125 MHz)::
 
-        tx -> FrameFifo(abort="drop") -> FrameNarrow -> TxMac -> gmii_tx
+        tx -> FrameFifo(abort="drop") [-> FrameCdc] -> FrameNarrow -> TxMac -> gmii_tx
+
+    (the crossing only when ``tx_domain`` is not ``sync``: then the engine may run slower than
+    125 MHz; at 64 bits anything above about 20 MHz keeps up with the line.)
 
     The store-and-forward FIFO (:class:`~roce_hw.lib.frame_fifo.FrameFifo`, ``tx_fifo_depth``
     beats) sends a frame only once it is whole, then without a pause, so the transmitter never
     underruns however the engine's output pauses inside a frame; frames with ``abort`` are
     dropped there (``counters.tx.fifo_dropped``) and never reach the line. A frame must fit in
     the FIFO (``tx_fifo_depth * data_width / 8`` bytes): a longer one would stall it for good,
-    so size it for the longest frame (:meth:`fifo_depth_for`).
+    so size it for the longest frame (:meth:`fifo_depth_for`). Once the FIFO releases a
+    frame, it enters the crossing one beat per ``sync`` cycle, faster than the line takes it, so
+    the crossing does not break the no-pause guarantee.
 
     Receive, in ``rx_domain`` (the PHY's receive clock) up to the crossing::
 
@@ -61,7 +67,8 @@ class Mac1G(wiring.Component):
         Beats of the transmit FIFO (default 256: frames of up to 2048 bytes at 64 bits).
     rx_fifo_depth : int
         Beats of the receive crossing's FIFO (a power of 2).
-    rx_domain : str
+    rx_domain, tx_domain : str
+        The PHY's receive clock domain; the transmit clock domain (``sync``: no crossing).
 
     Members
     -------
@@ -69,16 +76,18 @@ class Mac1G(wiring.Component):
         Frames to send, without FCS (``sync``).
     rx : ``Out(FrameSignature(data_width))``
         Frames received, without FCS (``sync``).
-    gmii_tx : ``Out(gmii_layout())`` (``sync``)
+    gmii_tx : ``Out(gmii_layout())`` (``tx_domain``)
     gmii_rx : ``In(gmii_layout())`` (``rx_domain``)
     counters : ``Out(mac_counters_layout())``
-        ``tx`` in ``sync``, ``rx`` in ``rx_domain`` (read them there, or through a
-        synchroniser); ``rx.overflow`` adds the receiver's and the crossing's.
+        ``tx`` in ``tx_domain`` (``fifo_dropped`` in ``sync``), ``rx`` in ``rx_domain`` (read
+        them there, or through a synchroniser); ``rx.overflow`` adds the receiver's and the
+        crossing's.
     """
 
     def __init__(self, data_width=64, *, tx_fifo_depth=256, rx_fifo_depth=16,
-                 rx_domain="eth_rx"):
+                 rx_domain="eth_rx", tx_domain="sync"):
         self._width = check_data_width(data_width)
+        self._tx_domain = tx_domain
         self._tx_fifo_depth = tx_fifo_depth
         self._rx_fifo_depth = rx_fifo_depth
         self._rx_domain = rx_domain
@@ -102,11 +111,20 @@ class Mac1G(wiring.Component):
         w = self._width
         rx_dom = DomainRenamer({"sync": self._rx_domain})
 
+        tx_dom = DomainRenamer({"sync": self._tx_domain})
         m.submodules.tx_fifo = tx_fifo = FrameFifo(w, self._tx_fifo_depth, abort="drop")
-        m.submodules.tx_narrow = narrow = FrameNarrow(w)
-        m.submodules.tx_mac = tx_mac = TxMac()
+        narrow = FrameNarrow(w)
+        tx_mac = TxMac()
+        m.submodules.tx_narrow = tx_dom(narrow)
+        m.submodules.tx_mac = tx_dom(tx_mac)
         wiring.connect(m, wiring.flipped(self.tx), tx_fifo.i)
-        wiring.connect(m, tx_fifo.o, narrow.i)
+        if self._tx_domain == "sync":
+            wiring.connect(m, tx_fifo.o, narrow.i)
+        else:
+            m.submodules.tx_cdc = tx_cdc = FrameCdc(w, w_domain="sync",
+                                                    r_domain=self._tx_domain)
+            wiring.connect(m, tx_fifo.o, tx_cdc.i)
+            wiring.connect(m, tx_cdc.o, narrow.i)
         wiring.connect(m, narrow.o, tx_mac.i)
         m.d.comb += self.gmii_tx.eq(tx_mac.gmii)
 
