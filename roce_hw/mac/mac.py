@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from .. import proto
 from ..config import check_data_width
 from ..lib.frame_fifo import FrameFifo
-from ..lib.stream import FrameSignature
+from ..lib.stream import FrameSignature, ReadyBreak, frame_layout
 from .cdc import FrameCdc, RxFrameCdc
 from .common import gmii_layout, mac_counters_layout
 from .convert import FrameNarrow, FrameWiden
@@ -26,7 +26,7 @@ class Mac1G(wiring.Component):
     Transmit: the FIFO in ``sync`` (the engine's clock), the rest in ``tx_domain`` (the GMII
     transmit clock, 125 MHz)::
 
-        tx -> FrameFifo(abort="drop") [-> FrameCdc] -> FrameNarrow -> TxMac -> gmii_tx
+        tx -> FrameFifo(abort="drop") [-> FrameCdc -> ReadyBreak] -> FrameNarrow -> TxMac -> gmii_tx
 
     (the crossing only when ``tx_domain`` is not ``sync``: then the engine may run slower than
     125 MHz; at 64 bits anything above about 20 MHz keeps up with the line.)
@@ -123,8 +123,14 @@ class Mac1G(wiring.Component):
         else:
             m.submodules.tx_cdc = tx_cdc = FrameCdc(w, w_domain="sync",
                                                     r_domain=self._tx_domain)
+            # The converter's ready is combinational from the transmitter's state; into the
+            # AsyncFIFO's read pointer and its RAM's address it made a 9 ns path (Versa, seed
+            # 1: 110.6 MHz against 125). The ready break takes it from a register.
+            tx_break = ReadyBreak(frame_layout(w))
+            m.submodules.tx_break = tx_dom(tx_break)
             wiring.connect(m, tx_fifo.o, tx_cdc.i)
-            wiring.connect(m, tx_cdc.o, narrow.i)
+            wiring.connect(m, tx_cdc.o, tx_break.i)
+            wiring.connect(m, tx_break.o, narrow.i)
         wiring.connect(m, narrow.o, tx_mac.i)
         m.d.comb += self.gmii_tx.eq(tx_mac.gmii)
 
