@@ -30,6 +30,8 @@ __all__ = [
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
     "ICRC_BYTES", "ICRC_MASKED_FIELDS", "CM_DATAGRAM_BYTES", "LOCAL_QPN_BASE",
+    "ETH_PREAMBLE_BYTE", "ETH_PREAMBLE_BYTES", "ETH_SFD", "ETH_FCS_BYTES", "ETH_IFG_BYTES",
+    "MAC_TX_COUNTERS", "MAC_RX_COUNTERS",
 ]
 
 
@@ -713,6 +715,32 @@ ETH_MIN_FRAME = 60
 
 #: The Ethernet broadcast address (ARP requests), as an integer.
 BROADCAST_MAC = (1 << 48) - 1
+
+# --- The Ethernet physical layer (IEEE 802.3 clause 35, GMII) ---------------------------------
+
+#: Preamble byte, sent 7 times before the start frame delimiter.
+ETH_PREAMBLE_BYTE = 0x55
+#: Preamble bytes before the start frame delimiter.
+ETH_PREAMBLE_BYTES = 7
+#: Start frame delimiter: the byte after the preamble; the frame's first byte follows it.
+ETH_SFD = 0xD5
+#: Frame check sequence: ``zlib.crc32`` of the frame, sent least significant byte first.
+ETH_FCS_BYTES = 4
+#: Minimum inter-frame gap, in byte times (96 bit times).
+ETH_IFG_BYTES = 12
+
+#: The 1G MAC's transmit counters (:class:`roce_hw.mac.tx.TxMac`): ``frames`` sent with a good
+#: FCS; ``aborted``: sent with an inverted FCS because ``abort`` was set on the last byte;
+#: ``underruns``: cut short (inverted FCS) because the next byte was missing inside a frame.
+MAC_TX_COUNTERS = ("frames", "aborted", "underruns")
+#: The 1G MAC's receive counters (:class:`roce_hw.mac.rx.RxMac` and the clock crossing after it):
+#: every frame that got past its start frame delimiter or failed in its preamble is counted in
+#: exactly one of the first five. ``frames``: good; ``bad_fcs``: FCS wrong; ``runt``: under
+#: 64 bytes with its FCS; ``bad_preamble``: a byte other than the preamble or the SFD before the
+#: SFD (or more than 7 preamble bytes, or the end of the frame before the SFD); ``phy_error``:
+#: the PHY signalled an error (RX_ER) inside the frame. ``overflow`` counts, besides, the frames
+#: the receive queue had no room for (cut, ending in ``abort``, or not passed on at all).
+MAC_RX_COUNTERS = ("frames", "bad_fcs", "runt", "bad_preamble", "phy_error", "overflow")
 
 
 # --- Header lists ----------------------------------------------------------------------------

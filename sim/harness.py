@@ -22,7 +22,8 @@ def vcd_requested():
     return os.environ.get("RHW_VCD", "") not in ("", "0")
 
 
-def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, done=None):
+def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, done=None,
+                   clocks=None):
     """Simulate ``dut`` with one clock for at most ``cycles`` clock cycles.
 
     Parameters
@@ -39,9 +40,14 @@ def run_simulation(dut, testbenches=(), processes=(), *, cycles, vcd_name=None, 
         With ``RHW_VCD=1`` a VCD is written to ``build/vcd/<vcd_name>.vcd`` (never the repo root).
     done : callable, optional
         Extra completion predicate checked after the run (``TimeoutError`` if it returns False).
+    clocks : dict, optional
+        More clock domains: ``{domain: (period, phase)}`` in seconds (``cycles`` still counts
+        periods of ``sync``'s :data:`CLOCK_PERIOD`).
     """
     sim = Simulator(dut)
     sim.add_clock(CLOCK_PERIOD)
+    for domain, (period, phase) in (clocks or {}).items():
+        sim.add_clock(period, phase=phase, domain=domain)
     finished = []
     tbs = list(testbenches)
     for tb in tbs:

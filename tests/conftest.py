@@ -75,6 +75,8 @@ SYSTEM_TESTS = [
      "Yosys and nextpnr-ecp5 place and route, several seeds (python -m bench.synth)"),
     ("test_bench_synth.py", "test_xcup_run_smallest",
      "synthesises a block (python -m bench.synth, Yosys synth_xilinx)"),
+    ("test_ecp5_1g.py", "test_versa_bitstream",
+     "Yosys, nextpnr-ecp5 and ecppack (yowasp) to the Versa ECP5 board's bitstream"),
     ("test_header.py", "test_*_logic_depth", "synthesises a header block (Yosys synth_xilinx)"),
     ("test_header.py", "test_*_size_*", "synthesises a header block (Yosys synth_xilinx)"),
     ("test_packaging.py", "test_wheel_holds_only_roce_hw", "builds the wheel (pip wheel)"),

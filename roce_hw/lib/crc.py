@@ -23,7 +23,7 @@ from ..config import check_data_width
 from .stream import PacketSignature
 
 __all__ = [
-    "POLY", "CRC_INIT", "crc_bits", "step_matrices", "advance", "advance_rows", "apply_rows",
+    "POLY", "CRC_INIT", "crc_bits", "step_matrices", "update_rows", "advance", "advance_rows", "apply_rows",
     "rows_mul", "residue_register", "xor_rows", "thermometer_count", "empty_lanes",
     "data_term_partials",
     "revert_stages", "rewind_product",
@@ -74,6 +74,15 @@ def step_matrices(nbits):
         b_cols[k] = v
         v = _step(v)
     return tuple(_cols_to_rows(a_cols)), tuple(_cols_to_rows(b_cols))
+
+
+def update_rows(nbits):
+    """Rows of the whole update ``crc_bits(r, d, nbits)`` as one matrix over ``Cat(r, d)``
+    (register bits 0-31, then the ``nbits`` data bits): ``apply_rows(update_rows(n), r | d << 32)
+    == crc_bits(r, d, n)``. One parity per register bit, for a narrow (byte-serial) CRC register
+    such as the 1G MAC's (:mod:`roce_hw.mac`)."""
+    a_rows, b_rows = step_matrices(nbits)
+    return [a | (b << 32) for a, b in zip(a_rows, b_rows)]
 
 
 def advance(state, nbits):
