@@ -289,7 +289,8 @@ def test_driver(width):
         table, counters = drv.finish()
     assert [r["qp"] for r in table] == [0, 1, 2] and table is drv.qp_table
     assert table[1] == {"qp": 1, "qpn": 257, **{name: 0 for name, _ in proto.QP_CONTEXT_FIELDS}}
-    assert set(counters) == {"tx", "rx", "cm"}
+    assert set(counters) == {"tx", "rx", "cm", "ack"}
+    assert not any(counters["ack"].values())          # no RoCEv2 frame was received
     assert {k: v for k, v in counters["rx"].items() if v} == {
         "rx_frames": 8, "other": 6, "arp": 1, "mac_bad": 1}
     # the ARP reply is not a TX engine frame: no tx counter moved
