@@ -91,7 +91,8 @@ def struct_to_dict(layout, value):
 def nest_counters(flat):
     """The flat counter names of :meth:`sim.backend.EngineApi.counters` (``rx_icrc``,
     ``cm_ok``, ...) nested by block as :func:`roce_hw.engine.engine_counters_layout` declares
-    them: ``{"tx": {...}, "rx": {...}, "cm": {...}, "ack": {...}}`` (integers, every counter of the layout)."""
+    them: ``{"tx": {...}, "rx": {...}, "cm": {...}, "ack": {...}}`` (integers, every counter of
+    the layout)."""
     from roce_hw.engine import engine_counters_layout
     return {block: {name: int(flat[f"{block}_{name}"]) for name, _ in fld.shape}
             for block, fld in engine_counters_layout()}
