@@ -385,3 +385,31 @@ def test_engine_absorbs_back_to_back_acks():
     assert after["rx_roce"] - before["rx_roce"] == 200 and after["rx_roce_full"] == 0
     assert after["ack_acks"] - before["ack_acks"] == 200
     assert row["una_psn"] == 201
+
+
+def test_latency():
+    """An ACK taken in cycle t writes una_upd in cycle t + AckHandler.latency, and its event is
+    valid on ``ev`` in cycle t + latency + ``ev_latency`` (the FIFO's)."""
+    rows = {0: {"state": proto.QPState.RTS, "remote_ip": PEER, "p_key": 0xFFFF,
+                "next_psn": 100, "una_psn": 0}}
+    bench = _Bench(EngineConfig(data_width=64, n_qp=4), rows)
+    ack = bench.ack
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(ack.ev.ready, 1)
+        ctx.set(ack.i.payload, item_const(AckItem(src_ip=PEER, dest_qp=proto.LOCAL_QPN_BASE,
+                                                  psn=7)))
+        ctx.set(ack.i.valid, 1)
+        for cycle in range(12):
+            if cycle == 0:
+                assert ctx.get(ack.i.ready)
+            if ctx.get(ack.una_upd.valid) and ctx.get(ack.una_upd.ready):
+                seen.setdefault("una", cycle)
+            if ctx.get(ack.ev.valid):
+                seen.setdefault("ev", cycle)
+            await ctx.tick()
+            ctx.set(ack.i.valid, 0)
+
+    run_simulation(bench, [tb], cycles=100)
+    assert seen == {"una": AckHandler.latency, "ev": AckHandler.latency + AckHandler.ev_latency}

@@ -57,8 +57,9 @@ class AckHandler(wiring.Component):
     the middle of a new message of that QP. Packets are handled strictly in order: an ACK sees
     the ``una`` that every earlier packet left (the handler forwards its own writes).
 
-    Latency: a packet taken from ``i`` in cycle t writes ``una_upd`` and is counted in cycle
-    t + 3, its event is on ``ev`` from cycle t + 4 (FIFO empty).
+    Latency: a packet taken from ``i`` in cycle t writes ``una_upd`` in cycle t + 3
+    (:attr:`latency`), its counters show it from t + 4 and its event is valid on ``ev`` in
+    cycle t + 3 + :attr:`ev_latency` (FIFO empty; measured by ``tests/test_ack.py``).
     Throughput: one packet per cycle (the RX front end can deliver one ACK per cycle at 512
     bits and more).
     Backpressure: ``i`` waits while ``una_upd`` is not ready (at most one cycle per management
@@ -109,8 +110,12 @@ class AckHandler(wiring.Component):
             "counters": Out(ack_counters_layout()),
         })
 
-    #: Cycles from a packet taken on ``i`` to its ``una_upd`` write and counters.
+    #: Cycles from a packet taken on ``i`` to its ``una_upd`` write (its counters show it a
+    #: cycle later).
     latency = 3
+    #: Cycles more to its event on ``ev`` (through the event FIFO, empty: it is written in the
+    #: ``una_upd`` cycle and read out of its buffered output two cycles later).
+    ev_latency = 2
 
     def elaborate(self, platform):
         cfg = self._config
