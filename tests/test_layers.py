@@ -27,6 +27,7 @@ ALLOWED = {
     "tx": {"defs", "hwdefs", "lib"},
     "rx": {"defs", "hwdefs", "lib"},
     "ctrl": {"defs", "hwdefs", "lib", "tx", "rx"},
+    "mac": {"defs", "hwdefs", "lib"},                 # the 1G MAC: beside the engine, not in it
     "engine": {"defs", "hwdefs", "lib", "tx", "rx", "ctrl"},
     "top": {"defs", "hwdefs", "lib", "tx", "rx", "ctrl", "engine", "package"},  # __version__
     "package": {"top"},                               # roce_hw/__init__ (lazy public API)
@@ -48,7 +49,7 @@ def layer_of(module):
         return "engine"
     if module in ("roce_hw.top", "roce_hw.generate"):
         return "top"
-    if len(parts) >= 2 and parts[1] in ("model", "host", "lib", "tx", "rx", "ctrl"):
+    if len(parts) >= 2 and parts[1] in ("model", "host", "lib", "tx", "rx", "ctrl", "mac"):
         return parts[1]
     raise AssertionError(f"{module}: no layer assigned; add it to tests/test_layers.py")
 
