@@ -694,16 +694,6 @@ class AckKind(enum.IntEnum):
     CNP = 4         #: congestion notification for the QP
 
 
-#: AETH syndrome fields (PROTOCOL.md §5.5): type in bits 6:5, value in bits 4:0.
-AETH_TYPE_ACK = 0
-AETH_TYPE_RNR = 1
-AETH_TYPE_NAK = 3
-AETH_NAK_SEQ = 0
-AETH_NAK_INVALID_REQ = 1
-AETH_NAK_REMOTE_ACCESS = 2
-AETH_NAK_REMOTE_OP = 3
-
-
 #: What the RX front end's rules make of a frame (the ``reason`` of
 #: :func:`roce_hw.model.rx.classify`): one of the four kinds it passes on, or the reason it is
 #: dropped. The counters above are these, less the frames a full queue or FIFO did not take.

@@ -219,8 +219,9 @@ class AckHandler(wiring.Component):
         m.d.comb += [
             is_ack.eq((it.bth.opcode == proto.Opcode.RC_ACKNOWLEDGE) & it.bth_aeth_only),
             is_cnp.eq(it.bth.opcode == proto.Opcode.CNP),
-            reserved.eq(syn[7] | (typ == 2) |
-                        ((typ == proto.AETH_TYPE_NAK) & (syn[:5] > proto.AETH_NAK_REMOTE_OP))),
+            reserved.eq(syn[7] | (typ == proto.AethType.RESERVED) |
+                        ((typ == proto.AethType.NAK) &
+                         (syn[:5] > proto.NakCode.REMOTE_OPERATIONAL_ERROR))),
         ]
         good = {}
         for name, cond in (("state", row.state == proto.QPState.RTS),
@@ -256,11 +257,11 @@ class AckHandler(wiring.Component):
         kind = Signal(3, name="s1_kind")
         with m.If(is_cnp):
             m.d.comb += kind.eq(proto.AckKind.CNP)
-        with m.Elif(typ == proto.AETH_TYPE_ACK):
+        with m.Elif(typ == proto.AethType.ACK):
             m.d.comb += kind.eq(proto.AckKind.ACK)
-        with m.Elif(typ == proto.AETH_TYPE_RNR):
+        with m.Elif(typ == proto.AethType.RNR_NAK):
             m.d.comb += kind.eq(proto.AckKind.RNR)
-        with m.Elif(syn[:5] == proto.AETH_NAK_SEQ):
+        with m.Elif(syn[:5] == proto.NakCode.PSN_SEQUENCE_ERROR):
             m.d.comb += kind.eq(proto.AckKind.NAK_SEQ)
         with m.Else():
             m.d.comb += kind.eq(proto.AckKind.FATAL)

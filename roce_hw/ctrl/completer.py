@@ -334,9 +334,9 @@ class Completer(wiring.Component):
                     m.d.comb += wc_op.eq(proto.WcOpcode.SEND)
                 status = Signal(5)
                 with m.Switch(evp.code):
-                    with m.Case(proto.AETH_NAK_INVALID_REQ):
+                    with m.Case(proto.NakCode.INVALID_REQUEST):
                         m.d.comb += status.eq(proto.WcStatus.REM_INV_REQ_ERR)
-                    with m.Case(proto.AETH_NAK_REMOTE_ACCESS):
+                    with m.Case(proto.NakCode.REMOTE_ACCESS_ERROR):
                         m.d.comb += status.eq(proto.WcStatus.REM_ACCESS_ERR)
                     with m.Default():
                         m.d.comb += status.eq(proto.WcStatus.REM_OP_ERR)

@@ -9,7 +9,7 @@ from .psn import psn_diff
 
 __all__ = ["AckItem", "AckModel"]
 
-_RESERVED_NAK = proto.AETH_NAK_REMOTE_OP
+_RESERVED_NAK = proto.NakCode.REMOTE_OPERATIONAL_ERROR
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class AckModel:
             return "not_ack", None
         typ, value = (it.syndrome >> 5) & 3, it.syndrome & 0x1F
         if is_ack and (it.syndrome & 0x80 or typ == 2 or
-                       (typ == proto.AETH_TYPE_NAK and value > _RESERVED_NAK)):
+                       (typ == proto.AethType.NAK and value > _RESERVED_NAK)):
             return "bad_syndrome", None
         qp = it.dest_qp - proto.LOCAL_QPN_BASE
         if not 0 <= qp < self.n_qp:
@@ -73,11 +73,11 @@ class AckModel:
             return "bad_pkey", None
         if is_cnp:
             return "cnps", proto.AckKind.CNP
-        if typ == proto.AETH_TYPE_ACK:
+        if typ == proto.AethType.ACK:
             kind = proto.AckKind.ACK
-        elif typ == proto.AETH_TYPE_RNR:
+        elif typ == proto.AethType.RNR_NAK:
             kind = proto.AckKind.RNR
-        elif value == proto.AETH_NAK_SEQ:
+        elif value == proto.NakCode.PSN_SEQUENCE_ERROR:
             kind = proto.AckKind.NAK_SEQ
         else:
             kind = proto.AckKind.FATAL

@@ -16,9 +16,9 @@ _WC = {proto.WrOpcode.RDMA_WRITE: proto.WcOpcode.RDMA_WRITE,
        proto.WrOpcode.SEND_WITH_IMM: proto.WcOpcode.SEND,
        proto.WrOpcode.RDMA_READ: proto.WcOpcode.RDMA_READ}
 
-_FATAL = {proto.AETH_NAK_INVALID_REQ: proto.WcStatus.REM_INV_REQ_ERR,
-          proto.AETH_NAK_REMOTE_ACCESS: proto.WcStatus.REM_ACCESS_ERR,
-          proto.AETH_NAK_REMOTE_OP: proto.WcStatus.REM_OP_ERR}
+_FATAL = {proto.NakCode.INVALID_REQUEST: proto.WcStatus.REM_INV_REQ_ERR,
+          proto.NakCode.REMOTE_ACCESS_ERROR: proto.WcStatus.REM_ACCESS_ERR,
+          proto.NakCode.REMOTE_OPERATIONAL_ERROR: proto.WcStatus.REM_OP_ERR}
 
 
 def wc_opcode_of(opcode):
