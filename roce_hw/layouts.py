@@ -24,7 +24,8 @@ __all__ = [
     "QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index", "mgmt_req_layout",
     "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout", "sending_layout",
     "ack_event_layout", "posted_layout", "replay_layout", "qp_error_layout",
-    "qp_reset_layout", "IndexSignature", "QPReadSignature",
+    "qp_reset_layout", "timer_setup_layout", "timer_arm_layout", "timer_rnr_layout",
+    "timer_fire_layout", "IndexSignature", "QPReadSignature",
 ]
 
 
@@ -154,11 +155,14 @@ def ack_event_layout(n_qp):
 def posted_layout(n_qp):
     """One work request the TX path has sent, for the completer
     (:class:`roce_hw.ctrl.completer.Completer`): ``{qp, wr_id 64, opcode 4, length 32,
-    signaled 1, first_psn 24, last_psn 24}``. ``opcode`` is a :class:`roce_hw.proto.WrOpcode`,
-    ``first_psn`` and ``last_psn`` the PSNs of its first and last packet."""
+    signaled 1, first_psn 24, last_psn 24, remote_addr 64, r_key 32, imm 32, solicited 1}``.
+    ``opcode`` is a :class:`roce_hw.proto.WrOpcode`, ``first_psn`` and ``last_psn`` the PSNs of
+    its first and last packet; the last four are the WR's, kept so that the WR can be sent
+    again (go-back-N) with the same headers."""
     return data.StructLayout({"qp": qp_index_width(n_qp), "wr_id": 64, "opcode": 4,
                               "length": 32, "signaled": 1, "first_psn": proto.PSN_BITS,
-                              "last_psn": proto.PSN_BITS})
+                              "last_psn": proto.PSN_BITS, "remote_addr": 64, "r_key": 32,
+                              "imm": 32, "solicited": 1})
 
 
 def replay_layout(n_qp):
@@ -173,6 +177,35 @@ def qp_error_layout(n_qp):
     """The completer's report that QP ``qp`` must go to ERROR: ``{qp, status 5}``, ``status``
     the :class:`roce_hw.proto.WcStatus` of the WR that failed."""
     return data.StructLayout({"qp": qp_index_width(n_qp), "status": 5})
+
+
+def timer_setup_layout(n_qp):
+    """A QP set up (management write) for the retransmission timers
+    (:class:`roce_hw.ctrl.timers.RetxTimers`): ``{qp, timeout 5, retry_cnt 3, rnr_retry 3}``,
+    the QP context's fields of the same names (``ibv_qp_attr``)."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "timeout": 5, "retry_cnt": 3,
+                              "rnr_retry": 3})
+
+
+def timer_arm_layout(n_qp):
+    """The completer's news for a QP's ACK timer after it took a WR or an event:
+    ``{qp, outstanding 1, progress 1}``: ``outstanding``, the QP has WRs not yet acknowledged
+    (else the timer stops); ``progress``, the peer acknowledged something new (the timer starts
+    again and the retry counts are reset)."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "outstanding": 1, "progress": 1})
+
+
+def timer_rnr_layout(n_qp):
+    """An RNR NAK for a QP, for its RNR wait: ``{qp, code 5}``, ``code`` the RNR timer code
+    (:data:`roce_hw.proto.RNR_TIMER_US`)."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "code": 5})
+
+
+def timer_fire_layout(n_qp):
+    """What a QP's timer decided: ``{qp, kind 2}``, ``kind`` a
+    :class:`roce_hw.proto.TimerKind` (go back after a timeout or an RNR wait, or retries
+    exhausted)."""
+    return data.StructLayout({"qp": qp_index_width(n_qp), "kind": 2})
 
 
 def qp_reset_layout(n_qp):

@@ -25,7 +25,7 @@ __all__ = [
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
-    "QPState", "QP_CONTEXT_FIELDS", "ACK_COUNTERS", "AckKind", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
+    "QPState", "QP_CONTEXT_FIELDS", "ACK_COUNTERS", "AckKind", "TimerKind", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
     "CmReq", "CmAck",
     "ROCEV2_UDP_PORT", "CM_UDP_PORT", "CM_REPLY_UDP_PORT", "ETHERTYPE_IPV4", "ETHERTYPE_IPV6",
     "ETHERTYPE_VLAN", "ETHERTYPE_ARP", "IP_PROTO_UDP", "PSN_BITS", "PSN_MASK", "QPN_MASK", "GSI_QKEY",
@@ -683,6 +683,14 @@ ACK_COUNTERS = (
     "acks_stale", "naks_stale",
     "not_ack", "bad_syndrome", "unknown_qp", "qp_not_open", "bad_src", "bad_pkey", "psn_unsent",
 )
+
+
+class TimerKind(enum.IntEnum):
+    """What a QP's retransmission timer reports (:func:`roce_hw.layouts.timer_fire_layout`)."""
+    TIMEOUT = 0         #: local ACK timeout: go back to the oldest unacknowledged PSN
+    RNR_DONE = 1        #: the RNR wait is over: go back to the oldest unacknowledged PSN
+    RETRY_EXC = 2       #: local ACK timeout with no retry left (``retry_cnt``)
+    RNR_RETRY_EXC = 3   #: RNR NAK with no RNR retry left (``rnr_retry``; 7 is infinite)
 
 
 class AckKind(enum.IntEnum):
