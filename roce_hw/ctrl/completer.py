@@ -80,7 +80,10 @@ class Completer(wiring.Component):
     ``n_desc`` WR descriptors shared by all QPs (the whole WR and its wc opcode: 280 bits;
     block RAM), their next pointers and a free list (``log2(n_desc)`` bits each; LUT RAM at
     256), one row per QP ``{head, tail, live, err, una, nak_hold, rnr_wait, pending}`` (LUT
-    RAM at 16 QPs, block RAM at 4096) and the walk queue (``n_qp`` QP indices).
+    RAM at 16 QPs, block RAM at 4096) and the walk queue (one entry per QP index; never full:
+    a QP is queued only while its ``pending`` is clear). The completion queue and the walk
+    queue are :class:`~roce_hw.lib.drop_queue.DropQueue` s (flags in registers: no level
+    counter behind a decision).
 
     Completion slots. Every WR taken holds one slot of ``cq``'s FIFO (``n_desc`` entries)
     until its completion leaves on ``cq``, or until it completes silently. ``posted.ready`` is

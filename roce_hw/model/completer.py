@@ -6,7 +6,6 @@ completions, go-back-N resume requests (the walk), timer news and QP errors out.
 from collections import deque
 
 from .. import proto
-from ..verbs import START_PACKET_BITS
 from .psn import psn_lt, psn_le
 
 __all__ = ["wc_opcode_of", "fatal_status", "CompleterModel"]
@@ -20,6 +19,10 @@ _WC = {proto.WrOpcode.RDMA_WRITE: proto.WcOpcode.RDMA_WRITE,
 _FATAL = {proto.NakCode.INVALID_REQUEST: proto.WcStatus.REM_INV_REQ_ERR,
           proto.NakCode.REMOTE_ACCESS_ERROR: proto.WcStatus.REM_ACCESS_ERR,
           proto.NakCode.REMOTE_OPERATIONAL_ERROR: proto.WcStatus.REM_OP_ERR}
+
+#: ``start_packet`` is a packet index within a message: below 2**31 bytes / 256 bytes (the
+#: smallest PMTU), as ``verbs.START_PACKET_BITS``.
+_START_PACKET_MASK = proto.MAX_MESSAGE_BYTES // min(proto.PMTU_BYTES.values()) - 1
 
 #: The fields of a WR the walk sends again (``verbs.resume_layout`` less ``qp``,
 #: ``start_packet``, ``start_psn``).
@@ -300,8 +303,7 @@ class CompleterModel:
         if w["new"]:
             wr = q.wrs[0]
             start_psn = q.una
-            start_packet = ((q.una - wr["first_psn"]) & proto.PSN_MASK) \
-                & ((1 << START_PACKET_BITS) - 1)
+            start_packet = (q.una - wr["first_psn"]) & proto.PSN_MASK & _START_PACKET_MASK
         else:
             wr = w["ptr"]
             start_psn, start_packet = wr["first_psn"], 0
