@@ -167,7 +167,7 @@ _INPUTS = ("post", "ev", "fire", "reset")
 
 
 def run_bench(config, ops, *, n_desc=256, seed=0, p_idle=0.3, p_stall=0.3, stalls=(),
-              retx_stalls=(), serial=True, atomic=True, cycles=None):
+              retx_stalls=(), aux_stalls=(), serial=True, atomic=True, cycles=None):
     """Feed ``ops`` to a Completer and record every output.
 
     ``ops``: ``("post" | "ev" | "fire" | "reset", fields)`` inputs, and marks for the bench:
@@ -179,7 +179,8 @@ def run_bench(config, ops, *, n_desc=256, seed=0, p_idle=0.3, p_stall=0.3, stall
     only once every post before it was taken and a post only once every reset before it was
     (the ordering contract). ``cq`` is read with probability ``1 - p_stall``, not at all
     during ``stalls``, ``retx`` likewise during ``retx_stalls`` (``(start, length)`` cycle
-    ranges); the other outputs with probability ``1 - p_stall``."""
+    ranges); the other outputs with probability ``1 - p_stall``, not at all during
+    ``aux_stalls``."""
     dut = Completer(config, n_desc=n_desc)
     expect = []
     if atomic:
@@ -271,8 +272,9 @@ def run_bench(config, ops, *, n_desc=256, seed=0, p_idle=0.3, p_stall=0.3, stall
             rstalled = state["hold"] or any(s <= now < s + n for s, n in retx_stalls)
             ctx.set(dut.cq.ready, not stalled and crng.random() >= p_stall)
             ctx.set(dut.retx.ready, not rstalled and crng.random() >= p_stall)
+            astalled = any(s <= now < s + n for s, n in aux_stalls)
             for p in (dut.qp_error, dut.arm, dut.rnr):
-                ctx.set(p.ready, crng.random() >= p_stall)
+                ctx.set(p.ready, not astalled and crng.random() >= p_stall)
             await ctx.tick()
             quiet = 0 if busy(ctx) or not (state["post_done"] and state["other_done"]) \
                 else quiet + 1
@@ -327,7 +329,8 @@ def run_bench(config, ops, *, n_desc=256, seed=0, p_idle=0.3, p_stall=0.3, stall
     drivers = [serial_driver] if serial else [post_driver, other_driver]
     run_simulation(dut, drivers + [reader, final], [monitor],
                    cycles=cycles or (60 * len(ops) + 20 * sum(n for _, n in stalls) +
-                                     20 * sum(n for _, n in retx_stalls) + 3000))
+                                     20 * sum(n for _, n in retx_stalls) +
+                                     20 * sum(n for _, n in aux_stalls) + 3000))
     out.update(counts)
     out["stats"] = state
     return out
@@ -367,7 +370,8 @@ def test_against_model(n_qp, n_desc, seed):
     """Random posts, events and fires over hot QPs (coalesced ACKs over several WRs of several
     QPs, NAK PSN-sequence walks, RNR waits and their ends, timeouts, fatal NAK + flush,
     exhausted retries, resets), random idle and backpressure on every output, a long ``cq``
-    stall that fills the small pools (posting waits) and a long ``retx`` stall."""
+    stall that fills the small pools (posting waits), a long ``retx`` stall, and a stall of
+    the timers' outputs (``arm``, ``rnr``: the completer waits, then goes on)."""
     rng = random.Random(seed)
     script = _Script(rng, min(n_qp, 8), hot=[0, 1, 2], cap=n_desc)
     for _ in range(500):
@@ -381,8 +385,11 @@ def test_against_model(n_qp, n_desc, seed):
     ops = [(w, dict(f, qp=spread[f["qp"]])) for w, f in script.ops]
     config = EngineConfig(data_width=64, n_qp=n_qp)
     out = run_bench(config, ops, n_desc=n_desc, seed=seed, stalls=[(300, 600)],
-                    retx_stalls=[(2000, 500)])
+                    retx_stalls=[(2000, 500)], aux_stalls=[(1200, 300)])
     model = check_against_model(n_qp, ops, out)
+    # with arm not read the completer stopped taking inputs (after the two arms of room)
+    taken = out["stats"]["taken_cycles"]
+    assert not [c for c in taken if 1220 < c < 1500] and taken[-1] > 1600
     statuses = {c["status"] for c in model.completions}
     # the mix exercises every outcome
     assert {S.SUCCESS, S.WR_FLUSH_ERR} <= statuses and statuses & {9, 10, 11} and \
