@@ -64,8 +64,9 @@ class Completer(wiring.Component):
     order, one ``resume_layout`` request on ``retx`` per WR (the TX path sends the packets
     from ``start_packet`` on, MIDDLE/LAST without RETH); WRs posted during the walk are walked
     too. One QP is walked at a time: a QP that goes back while it is walked starts again from
-    its first WR and ``una``; another QP waits in the walk queue (each QP at most once,
-    ``n_qp`` entries, a RAM), taken in order. An ACK that completes the WR the walk is about
+    its first WR and ``una``; with no walk running or queued the walk starts at once; else the
+    QP waits in the walk queue (each QP at most once, ``n_qp`` entries, a RAM), taken in
+    order. An ACK that completes the WR the walk is about
     to send makes the walk start again from the first WR kept. An RNR NAK, a failure or a
     reset stops the QP's walk (a request already prepared still leaves). ``rewinding`` is
     high from a walk request to the last ``retx`` transfer of the queue's last walk (the WR
@@ -119,9 +120,9 @@ class Completer(wiring.Component):
       4 + (WRs kept) cycles, + 1 to report; ``reset`` the same, without report.
     * a walk step: 3 cycles; one ``retx`` request per 5 cycles at best (the step, then 2
       cycles to the ``retx`` register, which must be empty when the next step starts); the
-      first request on ``retx`` 9 cycles after a TIMEOUT's transfer, 12 after a sequence NAK
-      that completes nothing (through the walk queue; nothing else waiting, ``retx`` read at
-      once).
+      first request on ``retx`` 7 cycles after a TIMEOUT's transfer, 10 after a sequence NAK
+      that completes nothing (no walk running or queued: the walk starts at once; nothing else
+      waiting, ``retx`` read at once).
     * the first completion of an event is on ``cq`` 6 cycles after the event's transfer
       (``cq`` ready), the others of the same event one per cycle after it.
     * the longest an operation can hold up the ACK handler is one walk over the whole pool,
@@ -344,6 +345,7 @@ class Completer(wiring.Component):
         e_ign = Signal()                # a fire ignored
         e_prog = Signal()               # an ACK or NAK moves una
         e_walking = Signal()            # the op's QP is being walked
+        e_direct = Signal()             # no walk and an empty queue: a walk starts at once
         e_hit = Signal()                # the retire walk completed the WR the walk is at
 
         # ------------------------------------------------------------ walk registers
@@ -594,6 +596,8 @@ class Completer(wiring.Component):
                     e_prog.eq(Mux(op_ack, op_psn1 != st.una,
                                   (op_nak | op_rnr | op_fatal) & (op_psn != st.una))),
                     e_walking.eq(walk_on & (walk_qp == op_qp)),
+                    # (a QP written into the queue 2 cycles ago is not on its output yet)
+                    e_direct.eq(~walk_on & ~wq.o.valid & ~wq_w_q & ~wq_w_q2),
                     e_hit.eq(0),
                     e_ign.eq((op_to | op_done | op_exc) &
                              (~st.live | st.err | (op_to & st.rnr_wait) |
@@ -728,13 +732,16 @@ class Completer(wiring.Component):
                         q_wr.data.nak_hold.eq((hold | (op_nak & ~waiting) | new_rnr) &
                                               ~(op_to & ~e_ign)),
                         q_wr.data.rnr_wait.eq((waiting | new_rnr) & ~op_done),
-                        q_wr.data.pending.eq(st.pending | (go & ~e_walking)),
+                        q_wr.data.pending.eq(st.pending | (go & ~e_walking & ~e_direct)),
                         q_wr.en.eq(1),
                     ]
                 # the walk
                 with m.If(e_walking & (go | e_hit)):
                     m.d.sync += walk_new.eq(1)
-                m.d.comb += [wq_w.eq(go & ~e_walking & ~st.pending)]
+                with m.If(go & e_direct):
+                    # (nothing walked or queued: the walk starts here, not through the queue)
+                    m.d.sync += [walk_on.eq(1), walk_new.eq(1), walk_qp.eq(op_qp)]
+                m.d.comb += [wq_w.eq(go & ~e_walking & ~e_direct & ~st.pending)]
                 m.d.sync += wq_in_q.eq(op_qp)
                 with m.If(e_walking & (new_rnr | fail | op_reset)):
                     m.d.sync += walk_on.eq(0)

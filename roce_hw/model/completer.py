@@ -98,8 +98,9 @@ class CompleterModel:
     * ``reset``: every kept WR of the QP completes ``WR_FLUSH_ERR`` (reported), and the QP is
       clean: not in error, nothing kept, no wait; its walk stops; ``arm {qp, 0, 0}``.
 
-    The walk. A QP going back while its walk runs restarts it; else the QP joins the walk
-    queue (once: a QP already queued stays where it is). A walk step: with no walk running,
+    The walk. A QP going back while its walk runs restarts it; with no walk running and none
+    queued its walk starts; else the QP joins the walk queue (once: a QP already queued stays
+    where it is). A walk step: with no walk running,
     the next QP of the queue starts one, from its first kept WR, if it has WRs kept, is not in
     error and no RNR wait runs (else the step ends it); the first WR of a walk goes from
     packet ``(una - first_psn) mod 2**24`` (``start_psn`` = ``una``), every later WR of the QP
@@ -191,6 +192,8 @@ class CompleterModel:
             return                      # nothing to send again
         if self._walk is not None and self._walk["qp"] == qp:
             self._walk["new"] = True
+        elif self._walk is None and not self._queue:
+            self._walk = {"qp": qp, "ptr": None, "new": True}
         elif not self._q(qp).pending:
             self._q(qp).pending = True
             self._queue.append(qp)
