@@ -821,6 +821,7 @@ class _Shadow(ReliableRequester):
         self.wrs = {}
         self.go_backs = 0
         self.walked = 0
+        self.ended = 0              # ACKs that ended an RNR wait early
 
     def _send_one(self, c):
         n = len(self._tx)
@@ -865,30 +866,46 @@ class _Shadow(ReliableRequester):
             assert got == [], (i, got)
 
     def _receive(self, frame, bad, c):
-        before = Counter(self.counters)
-        go_backs = [s["go_backs"] for s in self._stats]
-        waiting = [st.rnr_until is not None for st in self._qp]
-        super()._receive(frame, bad, c)
-        diff = self.counters - before
-        kinds = {"acks": (K.ACK, 0), "naks_seq": (K.NAK_SEQ, 0), "naks_rnr": (K.RNR, None),
-                 "naks_inv_req": (K.FATAL, 1), "naks_rem_access": (K.FATAL, 2),
-                 "naks_rem_op": (K.FATAL, 3)}
-        hit = [v for k, v in kinds.items() if diff[k]]
-        if not hit:
+        res = classify(frame, bad=bad, local_mac=self.local_mac, local_ip=self.local_ip)
+        f = res.fields if res.kind == "roce" else {}
+        i = f["bth"]["dest_qp"] - proto.LOCAL_QPN_BASE if f else -1
+        if not (f.get("aeth") and 0 <= i < self.n_qp):
+            super()._receive(frame, bad, c)
             return
-        (kind, code), = hit
-        f = classify(frame, local_mac=self.local_mac, local_ip=self.local_ip).fields
-        i = f["bth"]["dest_qp"] - proto.LOCAL_QPN_BASE
-        if code is None:
-            code = proto.aeth_decode(f["aeth"]["syndrome"])[1]
-        assert not diff["retry_exceeded"], "a sequence NAK with no retry left: not comparable"
+        una = self._req.qps.rows[i]["una_psn"]
+        go_backs = self._stats[i]["go_backs"]
+        waiting = self._qp[i].rnr_until is not None
+        rnr_exceeded = self.counters["rnr_retry_exceeded"]
+        self._acted = False
+        super()._receive(frame, bad, c)
+        typ, code = proto.aeth_decode(f["aeth"]["syndrome"])
+        kind = {proto.AethType.ACK: K.ACK, proto.AethType.RNR_NAK: K.RNR}.get(
+            typ, K.NAK_SEQ if code == 0 else K.FATAL)
+        # an ACK the reference took moved una; a NAK it took reached its NAK rules
+        if not (self._acted if kind != K.ACK else self._req.qps.rows[i]["una_psn"] != una):
+            return
+        assert self.counters["retry_exceeded"] == getattr(self, "_retry_exceeded", 0), \
+            "a sequence NAK with no retry left: not comparable"
         self.cm.event(i, kind, f["bth"]["psn"], code)
-        if diff["rnr_retry_exceeded"]:
+        if self.counters["rnr_retry_exceeded"] > rnr_exceeded:
             self.cm.fire(i, proto.TimerKind.RNR_RETRY_EXC)
         # (progress during an RNR wait ends it: the reference sends again from una)
-        ended = waiting[i] and self._qp[i].rnr_until is None and kind != K.FATAL and \
-            not diff["rnr_retry_exceeded"]
-        self._walk(i, self._stats[i]["go_backs"] > go_backs[i] or ended)
+        ended = waiting and self._qp[i].rnr_until is None and kind != K.FATAL and \
+            self.counters["rnr_retry_exceeded"] == rnr_exceeded
+        self.ended += ended and kind == K.ACK
+        self._walk(i, self._stats[i]["go_backs"] > go_backs or ended)
+
+    def _seq_nak(self, i, psn, c):
+        self._acted = True
+        super()._seq_nak(i, psn, c)
+
+    def _rnr_nak(self, i, psn, code, c):
+        self._acted = True
+        super()._rnr_nak(i, psn, code, c)
+
+    def _fail(self, i, status, **kwargs):
+        self._acted = True
+        super()._fail(i, status, **kwargs)
 
     def _rnr_end(self, i, c):
         super()._rnr_end(i, c)
@@ -901,6 +918,7 @@ class _Shadow(ReliableRequester):
         super()._timeout(i, c)
         if acted:
             failed = self.counters["retry_exceeded"] > before
+            self._retry_exceeded = self.counters["retry_exceeded"]
             self.cm.fire(i, proto.TimerKind.RETRY_EXC if failed else proto.TimerKind.TIMEOUT)
             self._walk(i, not failed)
 
@@ -928,23 +946,31 @@ def _shadow_run(qps, wrs, *, n_qp=8, data_width=64, **kwargs):
     return r, req.model
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_model_walk_is_the_references_go_back(seed):
-    """Lossy network both ways (drops, duplicates, reordering, corruption), 4 QPs, multi-packet
+_LOSSY = dict(drop=0.04, dup=0.01, reorder=0.01, corrupt=0.01, reorder_depth=3)
+#: duplicated ACKs and NAKs: repeats of a sequence NAK (the second does not go back)
+_DUP_BACK = {"fwd": dict(drop=0.03), "rev": dict(dup=0.2, drop=0.02)}
+
+
+@pytest.mark.parametrize("seed,network", [(1, _LOSSY), (2, _DUP_BACK)])
+def test_model_walk_is_the_references_go_back(seed, network):
+    """Lossy network (drops, duplicates, reordering, corruption), 4 QPs, multi-packet
     messages, PSNs wrapping on two QPs: at every sequence NAK, timeout and RNR end the model's
-    walk sends exactly the packets the reference sends again, and the completions agree."""
+    walk sends exactly the packets the reference sends again (and nothing when the reference
+    ignores a repeated NAK), and the completions agree."""
     qps, wrs = loop_workload(n_qps=4, messages=150, sizes=(0, 3000), seed=seed, pmtu=512,
                              start_psns=[0xFFFFF0, 5, 0xFFFFFE, 1000])
-    r, sh = _shadow_run(qps, wrs, network=dict(drop=0.04, dup=0.01, reorder=0.01,
-                                               corrupt=0.01, reorder_depth=3),
-                        qp_params={"timeout": 4}, seed=seed)
+    r, sh = _shadow_run(qps, wrs, network=network, qp_params={"timeout": 4}, seed=seed)
     assert r.all_delivered and sh.go_backs > 10 and sh.walked > 10
     assert r.requester["timeouts"] > 0 and r.requester["go_back_nak"] > 0
+    if network is _DUP_BACK:
+        assert r.requester["nak_seq_repeat"] > 0
 
 
-def test_model_rnr_and_retry_exceeded_as_the_reference():
-    """RNR NAKs until receives are posted (RNR NAK during a replay, waits, RNR_DONE walks),
-    and a QP whose frames are all lost ending in RETRY_EXC_ERR and flushes."""
+@pytest.mark.parametrize("dup", [False, True])
+def test_model_rnr_and_retry_exceeded_as_the_reference(dup):
+    """RNR NAKs until receives are posted (sequence NAKs during the waits, RNR_DONE walks;
+    with duplicates both ways, repeated RNR NAKs too), and a QP whose frames are all lost
+    ending in RETRY_EXC_ERR and flushes."""
     qps, wrs = loop_workload(n_qps=3, messages=40, sizes=(1, 2500), seed=5, pmtu=1024)
     wrs = [WorkItem(qp=0, opcode=proto.WrOpcode.SEND, payload=b"hello" * 300, wr_id=100)] + wrs
     peer = make_responder(qps, wrs, recv=False)
@@ -954,9 +980,15 @@ def test_model_rnr_and_retry_exceeded_as_the_reference():
             need = sum(1 for w in wrs
                        if w.qp == q.index and w.opcode != proto.WrOpcode.RDMA_WRITE)
             loop.responder.post_recv(q.remote_qpn, 4096, need)
+    network = {"fwd": {"qp_drop": {qps[2].remote_qpn: 1.0}, "drop": 0.02}}
+    if dup:
+        network = {"fwd": {"qp_drop": {qps[2].remote_qpn: 1.0}, "drop": 0.03, "dup": 0.05},
+                   "rev": {"dup": 0.2, "reorder": 0.05}}
     r, sh = _shadow_run(qps, wrs, responder=peer, qp_params={"timeout": 3, "retry_cnt": 3},
-                        network={"fwd": {"qp_drop": {qps[2].remote_qpn: 1.0}, "drop": 0.02}},
-                        actions=[(100_000, post_all)])
-    assert r.failed_qps == {2: "RETRY_EXC_ERR"}
+                        network=network, actions=[(100_000, post_all)])
+    assert r.failed_qps[2] == "RETRY_EXC_ERR"
     assert r.requester["rnr_waits"] >= 3 and sh.cm.rnrs and sh.walked > 3
+    assert r.requester["nak_seq_in_rnr_wait"] > 0
     assert {e["status"] for e in sh.cm.qp_errors} == {S.RETRY_EXC_ERR}
+    if dup:
+        assert r.requester["rnr_nak_repeat"] > 0
