@@ -83,3 +83,14 @@ def test_completer_longest_path(tmp_path, n_qp):
     from roce_hw.ctrl.completer import Completer
     _check(tmp_path, 64, Completer(EngineConfig(data_width=64, n_qp=n_qp)),
            f"completer_{n_qp}")
+
+
+@pytest.mark.parametrize("n_qp,clock_hz", [(16, 250_000_000), (5, 100_000_000),
+                                           (4096, 322_265_625), (4096, 133_333_333)])
+def test_timers_longest_path(tmp_path, n_qp, clock_hz):
+    """The retransmission timers alone at 16, 5 and 4096 QPs, with a whole tick period (250
+    and 322.27 MHz) and a fractional one (100 and 133.33 MHz: the period's accumulator): one
+    RAM row per QP, so the paths do not grow with the QP count."""
+    from roce_hw.ctrl.timers import RetxTimers
+    _check(tmp_path, 64, RetxTimers(EngineConfig(data_width=64, n_qp=n_qp), clock_hz=clock_hz),
+           f"timers_{n_qp}_{clock_hz}")
