@@ -366,6 +366,9 @@ class RetxTimers(wiring.Component):
         # (a deep RAM's output multiplexer takes three cells); the request one stage ahead
         # writes its row only now, after this one's read: its new row is forwarded
         r1_valid, r1_kind, r1_qp = Signal(), Signal(2), Signal(qw)
+        # the request's kind one-hot, registered (a 4-way case on the row would be a mux tree)
+        is_k = [Signal(name=f"r1_is{k}") for k in range(4)]
+        m.d.sync += [is_k[k].eq(rq_valid & (rq_kind == k)) for k in range(4)]
         r1_setup = Signal(timer_setup_layout(n_qp))
         r1_arm = Signal(timer_arm_layout(n_qp))
         r1_code, r1_seq, r1_exp, r1_rnr = Signal(5), Signal(3), Signal(), Signal()
@@ -411,70 +414,68 @@ class RetxTimers(wiring.Component):
             with m.Else():
                 m.d.comb += [new.pend.eq(1), new.pend_kind.eq(k)]
 
-        with m.If(rq_valid):
-            with m.Switch(rq_kind):
-                with m.Case(_SETUP):
-                    m.d.comb += [
-                        we.eq(1),
-                        new.timeout.eq(rq_setup.timeout), new.retry_cnt.eq(rq_setup.retry_cnt),
-                        new.rnr_retry.eq(rq_setup.rnr_retry),
-                        new.retry_left.eq(rq_setup.retry_cnt),
-                        new.rnr_left.eq(rq_setup.rnr_retry),
-                        new.out.eq(0), new.ack_run.eq(0), new.rnr_wait.eq(0), new.pend.eq(0),
-                        new.dead.eq(0), new.seq.eq(row.seq + 1),
-                    ]
-                with m.Case(_ARM):
-                    with m.If(row.dead):
-                        m.d.comb += dead_input.eq(1)
+        with m.If(is_k[_SETUP]):
+            m.d.comb += [
+                we.eq(1),
+                new.timeout.eq(rq_setup.timeout), new.retry_cnt.eq(rq_setup.retry_cnt),
+                new.rnr_retry.eq(rq_setup.rnr_retry),
+                new.retry_left.eq(rq_setup.retry_cnt),
+                new.rnr_left.eq(rq_setup.rnr_retry),
+                new.out.eq(0), new.ack_run.eq(0), new.rnr_wait.eq(0), new.pend.eq(0),
+                new.dead.eq(0), new.seq.eq(row.seq + 1),
+            ]
+        with m.Elif(is_k[_ARM]):
+            with m.If(row.dead):
+                m.d.comb += dead_input.eq(1)
+            with m.Else():
+                m.d.comb += [we.eq(1), new.out.eq(rq_arm.outstanding)]
+                with m.If(rq_arm.progress):
+                    m.d.comb += [new.retry_left.eq(row.retry_cnt),
+                                 new.rnr_left.eq(row.rnr_retry)]
+                with m.If(~rq_arm.outstanding):
+                    with m.If(row.ack_run):
+                        m.d.comb += [new.ack_run.eq(0), new.seq.eq(row.seq + 1)]
+                with m.Elif(~row.rnr_wait & has_t &
+                            (rq_arm.progress | (~row.ack_run & ~row.pend))):
+                    m.d.comb += restart()
+        with m.Elif(is_k[_RNR]):
+            with m.If(row.dead):
+                m.d.comb += dead_input.eq(1)
+            with m.Elif(row.rnr_wait):
+                m.d.comb += rnr_repeat.eq(1)
+            with m.Elif((row.rnr_left == 0) & (row.rnr_retry != _INFINITE_RNR)):
+                m.d.comb += [we.eq(1), new.dead.eq(1), new.ack_run.eq(0),
+                             new.pend.eq(0), new.seq.eq(row.seq + 1)]
+                decided(proto.TimerKind.RNR_RETRY_EXC, False)
+            with m.Else():
+                m.d.comb += [
+                    we.eq(1), new.rnr_wait.eq(1), new.rnr_code.eq(rq_code),
+                    new.start.eq(nowv), new.ack_run.eq(0), new.seq.eq(row.seq + 1),
+                ]
+                with m.If(row.rnr_retry != _INFINITE_RNR):
+                    m.d.comb += new.rnr_left.eq(row.rnr_left - 1)
+        with m.Elif(is_k[_SWEEP]):
+            with m.If(row.pend):
+                with m.If(fire_free):
+                    m.d.comb += [we.eq(1), new.pend.eq(0), emit.eq(1),
+                                 kind.eq(row.pend_kind)]
+                    with m.If(~row.dead & ~row.rnr_wait & row.out & has_t &
+                              (row.pend_kind <= int(proto.TimerKind.RNR_DONE))):
+                        m.d.comb += restart()
+            with m.Elif(~row.dead & rq_exp & (rq_seq == row.seq)):
+                with m.If(rq_rnr & row.rnr_wait):
+                    m.d.comb += [we.eq(1), new.rnr_wait.eq(0),
+                                 new.seq.eq(row.seq + 1)]
+                    decided(proto.TimerKind.RNR_DONE, True)
+                with m.Elif(~rq_rnr & row.ack_run):
+                    m.d.comb += [we.eq(1), new.ack_run.eq(0),
+                                 new.seq.eq(row.seq + 1)]
+                    with m.If(row.retry_left == 0):
+                        m.d.comb += new.dead.eq(1)
+                        decided(proto.TimerKind.RETRY_EXC, False)
                     with m.Else():
-                        m.d.comb += [we.eq(1), new.out.eq(rq_arm.outstanding)]
-                        with m.If(rq_arm.progress):
-                            m.d.comb += [new.retry_left.eq(row.retry_cnt),
-                                         new.rnr_left.eq(row.rnr_retry)]
-                        with m.If(~rq_arm.outstanding):
-                            with m.If(row.ack_run):
-                                m.d.comb += [new.ack_run.eq(0), new.seq.eq(row.seq + 1)]
-                        with m.Elif(~row.rnr_wait & has_t &
-                                    (rq_arm.progress | (~row.ack_run & ~row.pend))):
-                            m.d.comb += restart()
-                with m.Case(_RNR):
-                    with m.If(row.dead):
-                        m.d.comb += dead_input.eq(1)
-                    with m.Elif(row.rnr_wait):
-                        m.d.comb += rnr_repeat.eq(1)
-                    with m.Elif((row.rnr_left == 0) & (row.rnr_retry != _INFINITE_RNR)):
-                        m.d.comb += [we.eq(1), new.dead.eq(1), new.ack_run.eq(0),
-                                     new.pend.eq(0), new.seq.eq(row.seq + 1)]
-                        decided(proto.TimerKind.RNR_RETRY_EXC, False)
-                    with m.Else():
-                        m.d.comb += [
-                            we.eq(1), new.rnr_wait.eq(1), new.rnr_code.eq(rq_code),
-                            new.start.eq(nowv), new.ack_run.eq(0), new.seq.eq(row.seq + 1),
-                        ]
-                        with m.If(row.rnr_retry != _INFINITE_RNR):
-                            m.d.comb += new.rnr_left.eq(row.rnr_left - 1)
-                with m.Case(_SWEEP):
-                    with m.If(row.pend):
-                        with m.If(fire_free):
-                            m.d.comb += [we.eq(1), new.pend.eq(0), emit.eq(1),
-                                         kind.eq(row.pend_kind)]
-                            with m.If(~row.dead & ~row.rnr_wait & row.out & has_t &
-                                      (row.pend_kind <= int(proto.TimerKind.RNR_DONE))):
-                                m.d.comb += restart()
-                    with m.Elif(~row.dead & rq_exp & (rq_seq == row.seq)):
-                        with m.If(rq_rnr & row.rnr_wait):
-                            m.d.comb += [we.eq(1), new.rnr_wait.eq(0),
-                                         new.seq.eq(row.seq + 1)]
-                            decided(proto.TimerKind.RNR_DONE, True)
-                        with m.Elif(~rq_rnr & row.ack_run):
-                            m.d.comb += [we.eq(1), new.ack_run.eq(0),
-                                         new.seq.eq(row.seq + 1)]
-                            with m.If(row.retry_left == 0):
-                                m.d.comb += new.dead.eq(1)
-                                decided(proto.TimerKind.RETRY_EXC, False)
-                            with m.Else():
-                                m.d.comb += new.retry_left.eq(row.retry_left - 1)
-                                decided(proto.TimerKind.TIMEOUT, True)
+                        m.d.comb += new.retry_left.eq(row.retry_left - 1)
+                        decided(proto.TimerKind.TIMEOUT, True)
 
         # ---------------------------------------------------------------- fire
         with m.If(emit):
