@@ -109,6 +109,10 @@ def _parser():
                     help=f"with --board: the board's MAC address (default {DEFAULT_MAC})")
     ap.add_argument("--ip", default=None,
                     help=f"with --board: the board's IPv4 address (default {DEFAULT_IP})")
+    ap.add_argument("--clock-mhz", type=float, default=None,
+                    help="the engine's clock in MHz, from which the retransmission timers count "
+                         "time (default: 156.25 at 64 bits, 322.265625 wider; a board sets its "
+                         "own)")
     ap.add_argument("--seed", type=int, default=None,
                     help="with --board --bitstream: place-and-route seed (default 1)")
     ap.add_argument("--no-rx-other", action="store_true",
@@ -154,7 +158,7 @@ def main(argv=None):
                 raise ValueError(f"--{opt} applies with --board (see --list-boards)")
         width = 512 if args.width is None else args.width
         config = EngineConfig(data_width=width, n_qp=args.qps,
-                              rx_other=not args.no_rx_other)
+                              rx_other=not args.no_rx_other, clock_hz=_clock_hz(args))
         name = args.name or {"tx": "roce_tx", "engine": "roce_engine"}[top]
         check_module_name(name)
         if not args.no_underrun and (args.fifo_depth is not None or args.fifo_abort):
@@ -183,6 +187,18 @@ def main(argv=None):
     return 0
 
 
+def _clock_hz(args):
+    """``--clock-mhz`` in whole Hz (None: the width's default); ``ValueError`` out of range."""
+    if args.clock_mhz is None:
+        return None
+    from roce_hw.config import MAX_CLOCK_HZ, MIN_CLOCK_HZ
+    hz = args.clock_mhz * 1e6
+    if not MIN_CLOCK_HZ <= hz <= MAX_CLOCK_HZ:     # also catches nan
+        raise ValueError(f"--clock-mhz must be from {MIN_CLOCK_HZ / 1e6:g} to "
+                         f"{MAX_CLOCK_HZ / 1e6:g}, not {args.clock_mhz:g}")
+    return round(hz)
+
+
 def _board_main(args, registry):
     """``--board``: validate everything against the board, then call its ``build``."""
     from roce_hw.config import EngineConfig
@@ -197,7 +213,8 @@ def _board_main(args, registry):
     try:
         for opt, flag in (("top", "--top"), ("name", "--name"), ("no_underrun", "--no-underrun"),
                           ("fifo_depth", "--fifo-depth"), ("fifo_abort", "--fifo-abort"),
-                          ("no_rx_other", "--no-rx-other"), ("lint", "--lint")):
+                          ("no_rx_other", "--no-rx-other"), ("lint", "--lint"),
+                          ("clock_mhz", "--clock-mhz")):
             if getattr(args, opt) not in (None, False):
                 raise ValueError(f"{flag} does not apply with --board: the board top fixes it")
         width = board.default_width if args.width is None else args.width
@@ -205,7 +222,7 @@ def _board_main(args, registry):
             choices = ", ".join(str(w) for w in board.widths)
             raise ValueError(f"board {board.name} carries --width {choices} only, not {width} "
                              f"(choose one of: {choices})")
-        config = EngineConfig(data_width=width, n_qp=args.qps)
+        config = EngineConfig(data_width=width, n_qp=args.qps, clock_hz=board.engine_clock_hz)
         if args.bitstream and not board.open_tools:
             opens = [b.name for b in registry.values() if b.open_tools]
             raise ValueError(f"--bitstream needs vendor tools for {board.name}, which are not "

@@ -163,6 +163,12 @@ def _completer(width):
     return Completer(EngineConfig(data_width=width))
 
 
+def _timers(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.ctrl.timers import RetxTimers
+    return RetxTimers(EngineConfig(data_width=width), clock_hz=250_000_000)
+
+
 #: Benchmarkable designs by name.
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
@@ -182,6 +188,8 @@ DESIGNS = {
     "ack": Design(_ack, "ACK handler (16 QPs; width-independent)"),
     "completer": Design(_completer, "completer: per-QP WR lists, completions, replays (16 QPs, "
                                     "256 WRs; width-independent)"),
+    "timers": Design(_timers, "retransmission timers: per-QP ACK timer and RNR wait, RAM "
+                              "sweep (16 QPs, 250 MHz; width-independent)"),
 }
 
 #: Names that expand to several designs.

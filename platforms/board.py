@@ -57,6 +57,9 @@ class Board:
         Raises ``ValueError`` for an option the board cannot take (``build.py`` exits 2).
     max_qps : int or None
         Most QPs known to fit the FPGA (None: not measured); ``build.py`` warns above it.
+    engine_clock_hz : int or None
+        The engine's clock on this board in Hz (``EngineConfig.clock_hz``: the retransmission
+        timers count it); None: the width's default.
     """
     name: str
     title: str
@@ -67,6 +70,7 @@ class Board:
     builds: str
     build: Callable = field(repr=False, compare=False)
     max_qps: int | None = None
+    engine_clock_hz: int | None = None
 
     @property
     def default_width(self):

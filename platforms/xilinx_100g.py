@@ -410,7 +410,7 @@ def _board(qb):
         builds=("Vivado build plan (Verilog, XDC, CMAC Tcl, build script); checked here, "
                 "not built" + ("; UNCONFIRMED pins, see docs/boards.md" if qb.unverified
                                else "")),
-        build=lambda options, qb=qb: build_plan(qb, options))
+        build=lambda options, qb=qb: build_plan(qb, options), engine_clock_hz=CMAC_USER_CLOCK_HZ)
 
 
 BOARDS = tuple(_board(qb) for qb in QSFP_BOARDS)

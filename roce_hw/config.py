@@ -3,7 +3,8 @@
 
 from dataclasses import dataclass
 
-__all__ = ["DATA_WIDTHS", "MAX_N_QP", "MAX_RX_QUEUE", "check_data_width", "check_n_qp",
+__all__ = ["DATA_WIDTHS", "MAX_N_QP", "MAX_RX_QUEUE", "DEFAULT_CLOCK_HZ", "MIN_CLOCK_HZ",
+           "MAX_CLOCK_HZ", "check_data_width", "check_n_qp",
            "check_config", "EngineConfig"]
 
 #: The datapath widths the generator supports, in bits.
@@ -12,6 +13,12 @@ DATA_WIDTHS = (64, 128, 256, 512, 1024)
 MAX_N_QP = 16384
 #: The most entries of one of the RX front end's item queues.
 MAX_RX_QUEUE = 4096
+#: The engine clock assumed per data width when :attr:`EngineConfig.clock_hz` is None: the
+#: 10G MACs' 156.25 MHz at 64 bits, the 100G CMAC's 322.265625 MHz at the wider ones.
+DEFAULT_CLOCK_HZ = {64: 156_250_000, 128: 322_265_625, 256: 322_265_625, 512: 322_265_625,
+                    1024: 322_265_625}
+#: Bounds of :attr:`EngineConfig.clock_hz`.
+MIN_CLOCK_HZ, MAX_CLOCK_HZ = 1_000_000, 1_000_000_000
 
 
 def check_data_width(data_width):
@@ -39,8 +46,7 @@ class EngineConfig:
     Parameters
     ----------
     data_width : int
-        Bus width in bits, one of :data:`DATA_WIDTHS`. The assumed clock is 156.25 MHz at 64 bits
-        (10G) and 322 MHz at 512/1024 bits (100G/200G-class MACs).
+        Bus width in bits, one of :data:`DATA_WIDTHS`.
     n_qp : int
         Number of queue pairs in the QP/PSN state RAM (1 to 16384).
     ack_req_every : int
@@ -67,6 +73,13 @@ class EngineConfig:
         of 80 / 624 / 193 bits plus an output register; up to 33 entries fit the 32-deep LUT
         RAM that 4 entries already take (the costs of other depths are in
         :class:`~roce_hw.rx.frontend.RxFrontEnd`'s docstring).
+    clock_hz : int or None
+        Frequency of the engine's clock in Hz (1 MHz to 1 GHz), from which the retransmission
+        timers count time (local ACK timeout, RNR waits). None (the default) takes the clock
+        of the width's usual MAC: :data:`DEFAULT_CLOCK_HZ` (156.25 MHz at 64 bits, the 10G
+        MACs; 322.265625 MHz at the wider ones, the 100G CMAC's). A timer is never early
+        whatever the value; a clock faster than declared makes it early in real time, so
+        declare the real one (a board build declares its own).
     """
     data_width: int = 512
     n_qp: int = 16
@@ -78,6 +91,7 @@ class EngineConfig:
     rx_arp_depth: int = 32
     rx_cm_depth: int = 32
     rx_roce_depth: int = 32
+    clock_hz: int = None
 
     def __post_init__(self):
         check_data_width(self.data_width)
@@ -99,12 +113,24 @@ class EngineConfig:
                 not 1 <= self.cm_pmtu <= 5:
             raise ValueError(f"cm_pmtu must be a PMTU code from 1 (256 bytes) to 5 (4096 bytes), "
                              f"not {self.cm_pmtu!r}")
+        if self.clock_hz is not None and (
+                isinstance(self.clock_hz, bool) or not isinstance(self.clock_hz, int)
+                or not MIN_CLOCK_HZ <= self.clock_hz <= MAX_CLOCK_HZ):
+            raise ValueError(f"clock_hz must be an integer number of Hz from {MIN_CLOCK_HZ} "
+                             f"to {MAX_CLOCK_HZ} (or None), not {self.clock_hz!r}")
         for name in ("rx_arp_depth", "rx_cm_depth", "rx_roce_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or \
                     not 2 <= value <= MAX_RX_QUEUE:
                 raise ValueError(f"{name} must be an integer from 2 to {MAX_RX_QUEUE}, "
                                  f"not {value!r}")
+
+    @property
+    def timer_clock_hz(self):
+        """The clock the timers count: :attr:`clock_hz`, or the width's default."""
+        if self.clock_hz is not None:
+            return self.clock_hz
+        return DEFAULT_CLOCK_HZ[self.data_width]
 
     @property
     def data_bytes(self):

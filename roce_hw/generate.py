@@ -228,10 +228,8 @@ def summary(top, name, config, *, kind, fifo_depth=None):
                    "max_frame_bytes": max_frame_bytes(config),
                    "max_frame_beats": max_frame_beats(config),
                    "frame_fifo_beats": fifo_depth,
-                   # the clock the throughput figures assume (EngineConfig; none stated for
-                   # 128 and 256 bits)
-                   "assumed_clock_mhz": {64: 156.25, 512: 322.0, 1024: 322.0}.get(
-                       config.data_width)})
+                   # the clock the timers count (and the throughput figures assume)
+                   "clock_mhz": config.timer_clock_hz / 1e6})
     return {"module": name, "top": kind, "generator": "roce-hw", "parameters": params,
             "ports": port_table(top)}
 

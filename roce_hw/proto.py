@@ -23,6 +23,7 @@ __all__ = [
     "CNP_PAD", "CM_DATAGRAM", "ARP", "ARP_PAD", "ArpOper",
     "Opcode", "Transport", "OPCODE_HEADERS", "opcode_headers",
     "AethType", "NakCode", "AETH_ACK_UNLIMITED", "CREDIT_TABLE", "RNR_TIMER_US",
+    "TIMER_TICK_NS",
     "aeth_syndrome", "aeth_decode",
     "Pmtu", "PMTU_BYTES", "pmtu_bytes", "pmtu_code",
     "QPState", "QP_CONTEXT_FIELDS", "ACK_COUNTERS", "AckKind", "TimerKind", "WcStatus", "WcOpcode", "WrOpcode", "WR_OPCODE_SEQUENCE",
@@ -436,6 +437,10 @@ CREDIT_TABLE = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 
 RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
                 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
                 163840, 245760, 327680, 491520)
+
+#: The time unit of the local ACK timeout in nanoseconds: ``ibv_qp_attr.timeout`` t means
+#: 4.096 us * 2**t (t = 0: no timer); PROTOCOL.md §5.10.
+TIMER_TICK_NS = 4096
 
 
 def aeth_syndrome(kind, code):

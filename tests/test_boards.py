@@ -96,6 +96,7 @@ def test_list_boards_prints_every_board():
     (["--board", "alveo_u250", "--ip", "224.0.0.1"], ["multicast"]),
     (["--board", "alveo_u250", "--top", "tx"], ["--top", "--board"]),
     (["--board", "alveo_u250", "--lint"], ["--lint", "--board"]),
+    (["--board", "versa_ecp5", "--clock-mhz", "100"], ["--clock-mhz", "--board"]),
     (["--mac", "02:00:00:00:00:01"], ["--board"]),
     (["--bitstream"], ["--board"]),
 ])
@@ -103,6 +104,14 @@ def test_bad_board_options_exit_2(args, words, tmp_path):
     out = tmp_path / "out"
     _clear_error(_run(*args, "--out", str(out)), *words)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_every_board_declares_its_engine_clock():
+    """The timers count the engine clock: each board states the one its top runs at."""
+    import platforms
+    clocks = {name: b.engine_clock_hz for name, b in platforms.boards().items()}
+    assert clocks["versa_ecp5"] == 62_500_000 and clocks["alveo_u250"] == 322_265_625
+    assert all(clocks.values()), clocks
 
 
 def test_mac_and_ip_parsing():

@@ -43,6 +43,9 @@ def _clear_error(res, *words):
     (["--top", "tx", "--width", "64", "--no-underrun", "--fifo-depth", "100"],
      ["4174 bytes = 522 beats", "at least 522"]),
     (["--no-underrun"], ["--top engine", "--top tx"]),     # the default top is the engine
+    (["--clock-mhz", "5000"], ["--clock-mhz", "1 to 1000"]),
+    (["--clock-mhz", "0.5"], ["--clock-mhz", "1 to 1000"]),
+    (["--clock-mhz", "nan"], ["--clock-mhz"]),
 ])
 def test_bad_options_exit_2_with_a_clear_message(args, words, tmp_path):
     _clear_error(_run(*args, "--out", str(tmp_path / "out")), *words)

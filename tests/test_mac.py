@@ -249,7 +249,7 @@ def test_tx_abort_and_underrun():
         for _ in range(200):
             await ctx.tick()
         for name in proto.MAC_TX_COUNTERS:
-            counters[name] = ctx.get(getattr(tx, name))
+            counters[name] = ctx.get(getattr(tx.counters, name))
 
     async def monitor(ctx):
         cur = None

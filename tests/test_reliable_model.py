@@ -188,18 +188,18 @@ def test_forged_or_stale_acks_change_nothing(case):
     req.pop_completions()
     before = snapshot(req)
     frame, counter = {
-        "unsent": (reply(0, 104), "ack_psn_unsent"),
-        "stale": (reply(0, 95), "ack_stale"),
-        "duplicate": (reply(0, 101), "ack_duplicate"),
-        "bad_src": (reply(0, 103, src_ip=0x0A_00_09_09), "ack_bad_src"),
-        "not_rts": (reply(1, 103), "ack_qp_not_rts"),
-        "unknown_qp": (reply(0, 103, dest_qp=proto.LOCAL_QPN_BASE + 4), "ack_unknown_qp"),
+        "unsent": (reply(0, 104), "psn_unsent"),
+        "stale": (reply(0, 95), "acks_stale"),
+        "duplicate": (reply(0, 101), "acks_stale"),
+        "bad_src": (reply(0, 103, src_ip=0x0A_00_09_09), "bad_src"),
+        "not_rts": (reply(1, 103), "qp_not_open"),
+        "unknown_qp": (reply(0, 103, dest_qp=proto.LOCAL_QPN_BASE + 4), "unknown_qp"),
         "bad_icrc": (reply(0, 103)[:-1] + bytes([reply(0, 103)[-1] ^ 1]), None),
-        "reserved_syndrome": (reply(0, 103, syndrome=0x40), "ack_bad_syndrome"),
-        "nak_code_4": (reply(0, 103, syndrome=0x64), "ack_bad_syndrome"),
+        "reserved_syndrome": (reply(0, 103, syndrome=0x40), "bad_syndrome"),
+        "nak_code_4": (reply(0, 103, syndrome=0x64), "bad_syndrome"),
         "malformed": (build_frame(proto.Opcode.RC_ACKNOWLEDGE, payload=b"abcd",
-                                  **_ack_args(0, 103)), "ack_malformed"),
-        "stale_nak": (reply(0, 101, syndrome=0x60), "ack_stale"),
+                                  **_ack_args(0, 103)), "not_ack"),
+        "stale_nak": (reply(0, 101, syndrome=0x60), "naks_stale"),
         "wrong_mac": (_other_mac(reply(0, 103)), None),
     }[case]
     req.receive(frame)
@@ -484,7 +484,7 @@ def test_close_and_reopen_flushes_and_starts_at_the_new_psn():
         (1, WS.WR_FLUSH_ERR), (2, WS.WR_FLUSH_ERR)]
     assert req.buffer_used == 0 and req.idle()
     req.receive(reply(0, 100))                          # the old connection's ACK
-    assert req.counters["ack_stale"] + req.counters["ack_psn_unsent"] == 1
+    assert req.counters["acks_stale"] + req.counters["psn_unsent"] == 1
     post(req, 0, OP.SEND, 10, 3)
     tx = sent(req, until=req.cycle + 1000)
     assert [bth(f.data).psn for f in tx] == [0x5000]
@@ -500,4 +500,4 @@ def test_cnps_are_counted_per_qp():
     req.receive(build_cnp_frame(path))
     path.dest_qp = 0x11
     req.receive(build_cnp_frame(path))
-    assert req.qp_stats(1)["cnp"] == 2 and req.counters["cnp_unknown_qp"] == 1
+    assert req.qp_stats(1)["cnp"] == 2 and req.counters["cnps"] == 2 and req.counters["unknown_qp"] == 1

@@ -765,6 +765,16 @@ def test_bad_config_raises():
         EngineConfig(ttl=0)
     with pytest.raises(ValueError, match="ip_id_start"):
         EngineConfig(ip_id_start=1 << 16)
+    for bad in (0, 999_999, 1_000_000_001, 156.25e6, True, "156250000"):
+        with pytest.raises(ValueError, match="clock_hz"):
+            EngineConfig(clock_hz=bad)
+
+
+def test_timer_clock_defaults_to_the_widths_mac():
+    """The timers' clock: the declared one, else the width's usual MAC clock."""
+    assert EngineConfig(data_width=64).timer_clock_hz == 156_250_000
+    assert EngineConfig(data_width=512).timer_clock_hz == 322_265_625
+    assert EngineConfig(data_width=64, clock_hz=62_500_000).timer_clock_hz == 62_500_000
 
 
 def _resume_run(width, seed, count=12):

@@ -26,11 +26,22 @@ def ByteFrameSignature():
     return stream.Signature(byte_frame_layout())
 
 
+def mac_tx_counters_layout():
+    """The transmitter's counters (:class:`~roce_hw.mac.tx.TxMac`), 32 bits each, wrapping:
+    :data:`roce_hw.proto.MAC_TX_COUNTERS`."""
+    return data.StructLayout({name: 32 for name in proto.MAC_TX_COUNTERS})
+
+
+def mac_rx_counters_layout():
+    """The receiver's counters (:class:`~roce_hw.mac.rx.RxMac`), 32 bits each, wrapping:
+    :data:`roce_hw.proto.MAC_RX_COUNTERS`."""
+    return data.StructLayout({name: 32 for name in proto.MAC_RX_COUNTERS})
+
+
 def mac_counters_layout():
-    """The MAC's counters, 32 bits each, wrapping: ``tx`` (:data:`roce_hw.proto.MAC_TX_COUNTERS`,
-    plus ``fifo_dropped``, 16 bits: aborted frames the transmit FIFO discarded) and ``rx``
-    (:data:`roce_hw.proto.MAC_RX_COUNTERS`)."""
-    tx = {name: 32 for name in proto.MAC_TX_COUNTERS}
+    """The MAC's counters, wrapping: ``tx`` (:func:`mac_tx_counters_layout`, plus
+    ``fifo_dropped``, 16 bits: aborted frames the transmit FIFO discarded) and ``rx``
+    (:func:`mac_rx_counters_layout`)."""
+    tx = dict(mac_tx_counters_layout().members)
     tx["fifo_dropped"] = 16
-    return data.StructLayout({"tx": data.StructLayout(tx),
-                              "rx": data.StructLayout({n: 32 for n in proto.MAC_RX_COUNTERS})})
+    return data.StructLayout({"tx": data.StructLayout(tx), "rx": mac_rx_counters_layout()})

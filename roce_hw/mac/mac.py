@@ -146,10 +146,10 @@ class Mac1G(wiring.Component):
         wiring.connect(m, cdc.o, wiring.flipped(self.rx))
 
         c = self.counters
-        m.d.comb += [getattr(c.tx, name).eq(getattr(tx_mac, name))
+        m.d.comb += [getattr(c.tx, name).eq(getattr(tx_mac.counters, name))
                      for name in proto.MAC_TX_COUNTERS]
         m.d.comb += c.tx.fifo_dropped.eq(tx_fifo.frames_dropped)
-        m.d.comb += [getattr(c.rx, name).eq(getattr(rx_mac, name))
+        m.d.comb += [getattr(c.rx, name).eq(getattr(rx_mac.counters, name))
                      for name in proto.MAC_RX_COUNTERS if name != "overflow"]
-        m.d.comb += c.rx.overflow.eq(rx_mac.overflow + cdc.overflow)
+        m.d.comb += c.rx.overflow.eq(rx_mac.counters.overflow + cdc.overflow)
         return m

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import proto
 from ..lib.crc import CRC_INIT, residue_register, update_rows, xor_rows
-from .common import ByteFrameSignature, gmii_layout
+from .common import ByteFrameSignature, gmii_layout, mac_rx_counters_layout
 
 __all__ = ["RxMac"]
 
@@ -34,7 +34,8 @@ class RxMac(wiring.Component):
 
     Latency: a frame byte on ``gmii`` in cycle ``c`` is on ``o`` in cycle ``c + 7`` (an input
     register, the 4-byte FCS delay line, the held byte, the output register; the line keeps
-    bringing bytes); the last byte in cycle ``f + 2`` if RX_DV is low in cycle ``f``. Throughput: line rate (one byte per cycle).
+    bringing bytes); the last byte in cycle ``f + 2`` if RX_DV is low in cycle ``f``.
+    Throughput: line rate (one byte per cycle).
 
     Backpressure: none. The line cannot wait, so ``o.valid`` is high for exactly one cycle per
     byte and ``o.ready`` must be high whenever it is (the consumer,
@@ -49,21 +50,17 @@ class RxMac(wiring.Component):
         RX_DV (``en``), RX_ER, RXD.
     o : ``Out(ByteFrameSignature())``
         Frames without FCS; ``abort`` on the last byte of a bad frame.
-    frames, bad_fcs, runt, bad_preamble, phy_error, overflow : ``Out(32)``
+    counters : ``Out(mac_rx_counters_layout())``
         Counters (wrapping; :data:`~roce_hw.proto.MAC_RX_COUNTERS`).
     """
 
     gmii: In(gmii_layout())
     o: Out(ByteFrameSignature())
-    frames: Out(32)
-    bad_fcs: Out(32)
-    runt: Out(32)
-    bad_preamble: Out(32)
-    phy_error: Out(32)
-    overflow: Out(32)
+    counters: Out(mac_rx_counters_layout())
 
     def elaborate(self, platform):
         m = Module()
+        c = self.counters
 
         # Input register (the PHY's outputs may come straight from I/O cells).
         d = Signal(8)
@@ -87,7 +84,7 @@ class RxMac(wiring.Component):
         m.d.comb += self.o.valid.eq(o_valid)
         m.d.sync += o_valid.eq(0)
         with m.If(o_valid & ~self.o.ready & ~lost):      # counted once per frame
-            m.d.sync += [self.overflow.eq(self.overflow + 1), lost.eq(1)]
+            m.d.sync += [c.overflow.eq(c.overflow + 1), lost.eq(1)]
 
         def emit(last, abort=0):
             m.d.sync += [o_valid.eq(1), self.o.payload.data.eq(held),
@@ -101,11 +98,11 @@ class RxMac(wiring.Component):
                         m.d.sync += preamble.eq(1)
                         m.next = "Preamble"
                     with m.Else():
-                        m.d.sync += self.bad_preamble.eq(self.bad_preamble + 1)
+                        m.d.sync += c.bad_preamble.eq(c.bad_preamble + 1)
                         m.next = "Drop"
             with m.State("Preamble"):
                 with m.If(~dv):
-                    m.d.sync += self.bad_preamble.eq(self.bad_preamble + 1)
+                    m.d.sync += c.bad_preamble.eq(c.bad_preamble + 1)
                     m.next = "Idle"
                 with m.Elif((d == proto.ETH_SFD) & ~er):
                     m.d.sync += [crc.eq(CRC_INIT), count.eq(0), held_valid.eq(0),
@@ -115,7 +112,7 @@ class RxMac(wiring.Component):
                             (preamble != proto.ETH_PREAMBLE_BYTES)):
                     m.d.sync += preamble.eq(preamble + 1)
                 with m.Else():
-                    m.d.sync += self.bad_preamble.eq(self.bad_preamble + 1)
+                    m.d.sync += c.bad_preamble.eq(c.bad_preamble + 1)
                     m.next = "Drop"
             with m.State("Data"):
                 with m.If(dv):
@@ -135,13 +132,13 @@ class RxMac(wiring.Component):
                     with m.If(held_valid):
                         emit(last=1, abort=error | runt | bad_fcs | lost)
                     with m.If(error):
-                        m.d.sync += self.phy_error.eq(self.phy_error + 1)
+                        m.d.sync += c.phy_error.eq(c.phy_error + 1)
                     with m.Elif(runt):
-                        m.d.sync += self.runt.eq(self.runt + 1)
+                        m.d.sync += c.runt.eq(c.runt + 1)
                     with m.Elif(bad_fcs):
-                        m.d.sync += self.bad_fcs.eq(self.bad_fcs + 1)
+                        m.d.sync += c.bad_fcs.eq(c.bad_fcs + 1)
                     with m.Else():
-                        m.d.sync += self.frames.eq(self.frames + 1)
+                        m.d.sync += c.frames.eq(c.frames + 1)
                     m.next = "Idle"
             with m.State("Drop"):
                 with m.If(~dv):

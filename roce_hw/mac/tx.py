@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import proto
 from ..lib.crc import CRC_INIT, update_rows, xor_rows
-from .common import ByteFrameSignature, gmii_layout
+from .common import ByteFrameSignature, gmii_layout, mac_tx_counters_layout
 
 __all__ = ["TxMac"]
 
@@ -44,19 +44,18 @@ class TxMac(wiring.Component):
         Frames, one byte per beat, without FCS.
     gmii : ``Out(gmii_layout())``
         TX_EN, TX_ER, TXD, registered.
-    frames, aborted, underruns : ``Out(32)``
+    counters : ``Out(mac_tx_counters_layout())``
         Frames sent with a good FCS / with an inverted FCS because of ``abort`` / because of an
         underrun (wrapping; :data:`~roce_hw.proto.MAC_TX_COUNTERS`).
     """
 
     i: In(ByteFrameSignature())
     gmii: Out(gmii_layout())
-    frames: Out(32)
-    aborted: Out(32)
-    underruns: Out(32)
+    counters: Out(mac_tx_counters_layout())
 
     def elaborate(self, platform):
         m = Module()
+        c = self.counters
         min_frame = proto.ETH_MIN_FRAME
 
         crc = Signal(32, init=CRC_INIT)
@@ -133,11 +132,11 @@ class TxMac(wiring.Component):
                     m.d.sync += count.eq(0)
                     with m.Switch(why):
                         with m.Case(0):
-                            m.d.sync += self.frames.eq(self.frames + 1)
+                            m.d.sync += c.frames.eq(c.frames + 1)
                         with m.Case(1):
-                            m.d.sync += self.aborted.eq(self.aborted + 1)
+                            m.d.sync += c.aborted.eq(c.aborted + 1)
                         with m.Default():
-                            m.d.sync += self.underruns.eq(self.underruns + 1)
+                            m.d.sync += c.underruns.eq(c.underruns + 1)
                     m.next = "Gap"
             with m.State("Gap"):
                 m.d.sync += count.eq(count + 1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .. import proto
 from .psn import psn_diff
 
-__all__ = ["AckItem", "AckModel"]
+__all__ = ["AckItem", "ack_verdict", "AckModel"]
 
 _RESERVED_NAK = proto.NakCode.REMOTE_OPERATIONAL_ERROR
 
@@ -23,6 +23,51 @@ class AckItem:
     msn: int = 0
     p_key: int = 0xFFFF
     bth_aeth_only: bool = True
+
+
+def ack_verdict(it, *, n_qp, row, una):
+    """The ACK handler's verdict on one :class:`AckItem`, in the hardware's order of checks:
+    ``(counter, kind)``, ``counter`` a name of :data:`roce_hw.proto.ACK_COUNTERS` and ``kind``
+    the :class:`roce_hw.proto.AckKind` of the event it gives (None: nothing changes).
+
+    ``row`` is the destination QP's row (``state``, ``remote_ip``, ``p_key``, ``next_psn``: the
+    PSN after the last one sent; empty for a QP in RESET), ``una`` its oldest unacknowledged
+    PSN. Both :class:`AckModel` and the reliable requester model
+    (:class:`roce_hw.model.reliable.ReliableRequester`) judge by it: one rule set.
+    """
+    is_ack = it.opcode == proto.Opcode.RC_ACKNOWLEDGE and it.bth_aeth_only
+    is_cnp = it.opcode == proto.Opcode.CNP
+    if not (is_ack or is_cnp):
+        return "not_ack", None
+    typ, value = (it.syndrome >> 5) & 3, it.syndrome & 0x1F
+    if is_ack and (it.syndrome & 0x80 or typ == 2 or
+                   (typ == proto.AethType.NAK and value > _RESERVED_NAK)):
+        return "bad_syndrome", None
+    qp = it.dest_qp - proto.LOCAL_QPN_BASE
+    if not 0 <= qp < n_qp:
+        return "unknown_qp", None
+    if row.get("state", 0) != proto.QPState.RTS:
+        return "qp_not_open", None
+    if it.src_ip != row.get("remote_ip", 0):
+        return "bad_src", None
+    if (it.p_key ^ row.get("p_key", 0)) & 0x7FFF:
+        return "bad_pkey", None
+    if is_cnp:
+        return "cnps", proto.AckKind.CNP
+    if typ == proto.AethType.ACK:
+        kind = proto.AckKind.ACK
+    elif typ == proto.AethType.RNR_NAK:
+        kind = proto.AckKind.RNR
+    elif value == proto.NakCode.PSN_SEQUENCE_ERROR:
+        kind = proto.AckKind.NAK_SEQ
+    else:
+        kind = proto.AckKind.FATAL
+    if psn_diff(it.psn, una) < 0:
+        return ("acks_stale" if kind == proto.AckKind.ACK else "naks_stale"), None
+    if psn_diff(it.psn, row.get("next_psn", 0)) >= 0:
+        return "psn_unsent", None
+    return {proto.AckKind.ACK: "acks", proto.AckKind.NAK_SEQ: "naks_seq",
+            proto.AckKind.RNR: "rnr_naks", proto.AckKind.FATAL: "naks_fatal"}[kind], kind
 
 
 class AckModel:
@@ -53,41 +98,9 @@ class AckModel:
         self.events = []
 
     def _verdict(self, it):
-        is_ack = it.opcode == proto.Opcode.RC_ACKNOWLEDGE and it.bth_aeth_only
-        is_cnp = it.opcode == proto.Opcode.CNP
-        if not (is_ack or is_cnp):
-            return "not_ack", None
-        typ, value = (it.syndrome >> 5) & 3, it.syndrome & 0x1F
-        if is_ack and (it.syndrome & 0x80 or typ == 2 or
-                       (typ == proto.AethType.NAK and value > _RESERVED_NAK)):
-            return "bad_syndrome", None
         qp = it.dest_qp - proto.LOCAL_QPN_BASE
-        if not 0 <= qp < self.n_qp:
-            return "unknown_qp", None
-        row = self.rows.get(qp, {})
-        if row.get("state", 0) != proto.QPState.RTS:
-            return "qp_not_open", None
-        if it.src_ip != row.get("remote_ip", 0):
-            return "bad_src", None
-        if (it.p_key ^ row.get("p_key", 0)) & 0x7FFF:
-            return "bad_pkey", None
-        if is_cnp:
-            return "cnps", proto.AckKind.CNP
-        if typ == proto.AethType.ACK:
-            kind = proto.AckKind.ACK
-        elif typ == proto.AethType.RNR_NAK:
-            kind = proto.AckKind.RNR
-        elif value == proto.NakCode.PSN_SEQUENCE_ERROR:
-            kind = proto.AckKind.NAK_SEQ
-        else:
-            kind = proto.AckKind.FATAL
-        una = self.una.get(qp, 0)
-        if psn_diff(it.psn, una) < 0:
-            return ("acks_stale" if kind == proto.AckKind.ACK else "naks_stale"), None
-        if psn_diff(it.psn, row.get("next_psn", 0)) >= 0:
-            return "psn_unsent", None
-        return {proto.AckKind.ACK: "acks", proto.AckKind.NAK_SEQ: "naks_seq",
-                proto.AckKind.RNR: "rnr_naks", proto.AckKind.FATAL: "naks_fatal"}[kind], kind
+        return ack_verdict(it, n_qp=self.n_qp, row=self.rows.get(qp, {}),
+                           una=self.una.get(qp, 0))
 
     def receive(self, it):
         """Handle one :class:`AckItem`; returns its verdict (a counter name)."""

@@ -57,12 +57,16 @@ Sending
 Receiving (ACKNOWLEDGE, opcode 0x11; CNP, 0x81)
 -----------------------------------------------
 A frame first passes the RX front end's checks (:func:`~roce_hw.model.rx.classify`: MAC, IPv4,
-UDP, iCRC); then an ACKNOWLEDGE must be BTH + AETH only, for a local QP (QPN 256 + index) in
-RTS, from the QP's ``remote_ip``, with a syndrome it knows (ACK, RNR NAK, NAK 0x60-0x63), and
-with a PSN in the QP's window: ``una - 1 .. last sent`` for an ACK (``una - 1`` is a duplicate
-ACK: counted, nothing changes), ``una .. last sent`` for a NAK. Anything else is dropped and
-counted by reason (:attr:`~ReliableRequester.counters`: ``ack_malformed``, ``ack_unknown_qp``,
-``ack_qp_not_rts``, ``ack_bad_src``, ``ack_bad_syndrome``, ``ack_stale``, ``ack_psn_unsent``).
+UDP, iCRC); then the ACK handler's rules judge it, in the hardware's order
+(:func:`roce_hw.model.ack.ack_verdict`, one rule set for both models): an ACKNOWLEDGE of BTH +
+AETH only or a CNP; a known syndrome (ACK, RNR NAK, NAK 0x60-0x63); a local QP (QPN 256 +
+index) in RTS; from the QP's ``remote_ip``; its P_Key; a PSN from ``una`` to the last one sent.
+Every packet is counted by its verdict in :attr:`~ReliableRequester.counters` (the names of
+:data:`roce_hw.proto.ACK_COUNTERS`: ``acks``, ``naks_seq``, ``rnr_naks``, ``naks_fatal``,
+``cnps``, and the drops ``not_ack``, ``bad_syndrome``, ``unknown_qp``, ``qp_not_open``,
+``bad_src``, ``bad_pkey``, ``acks_stale`` -- a duplicate ACK for ``una - 1`` among them --,
+``naks_stale``, ``psn_unsent``); the NAKs acted on are also counted by code (``nak_seq_err``,
+``nak_inv_req``, ``nak_rem_access``, ``nak_rem_op``).
 
 * **ACK** with PSN ``A``: retires every packet up to ``A`` and completes, in posting order,
   every WR whose last packet that covers (one coalesced ACK can complete several).
@@ -86,8 +90,8 @@ counted by reason (:attr:`~ReliableRequester.counters`: ``ack_malformed``, ``ack
 * **Fatal NAKs** 0x61/0x62/0x63: the WR holding ``P`` completes REM_INV_REQ_ERR /
   REM_ACCESS_ERR / REM_OP_ERR, the QP goes to ERROR and every later WR of the QP completes
   WR_FLUSH_ERR; other QPs are not disturbed.
-* **CNP**: counted per QP (:meth:`~ReliableRequester.qp_stats`, ``cnp``) when its destination
-  QPN is local, else ``cnp_unknown_qp``.
+* **CNP**: counted per QP (:meth:`~ReliableRequester.qp_stats`, ``cnp``) when it passes the
+  checks (``cnps``).
 
 Timers and retries
 ------------------
@@ -134,6 +138,7 @@ from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 from .. import proto
+from .ack import AckItem, ack_verdict
 from .packet import build_request_frame
 from .psn import psn_diff
 from .requester import RequesterModel, refusal, request_opcode
@@ -150,15 +155,15 @@ PSN_CAP = (1 << 23) - 1
 _FATAL = {int(proto.NakCode.INVALID_REQUEST): proto.WcStatus.REM_INV_REQ_ERR,
           int(proto.NakCode.REMOTE_ACCESS_ERROR): proto.WcStatus.REM_ACCESS_ERR,
           int(proto.NakCode.REMOTE_OPERATIONAL_ERROR): proto.WcStatus.REM_OP_ERR}
-_NAK_NAMES = {0: "naks_seq", 1: "naks_inv_req", 2: "naks_rem_access", 3: "naks_rem_op"}
+#: Per-code counts of the NAKs acted on, beside the ACK handler's verdicts (``naks_seq``,
+#: ``naks_fatal``).
+_NAK_NAMES = {0: "nak_seq_err", 1: "nak_inv_req", 2: "nak_rem_access", 3: "nak_rem_op"}
 
 _WC = {proto.WrOpcode.SEND: proto.WcOpcode.SEND, proto.WrOpcode.SEND_WITH_IMM: proto.WcOpcode.SEND,
        proto.WrOpcode.RDMA_WRITE: proto.WcOpcode.RDMA_WRITE,
        proto.WrOpcode.RDMA_WRITE_WITH_IMM: proto.WcOpcode.RDMA_WRITE}
 
 _QP_STATS = ("retransmitted", "timeouts", "rnr_waits", "cnp", "naks", "go_backs")
-_ACK = int(proto.Opcode.RC_ACKNOWLEDGE)
-_CNP = int(proto.Opcode.CNP)
 _RTS = proto.QPState.RTS
 _INFINITE_RNR = 7
 
@@ -309,12 +314,13 @@ class ReliableRequester:
     cycle : int
         The next cycle to simulate.
     counters : collections.Counter
-        Event counters (see the module docstring; also ``tx_frames``, ``tx_new``,
-        ``retransmitted``, ``go_back_nak``, ``timeouts``, ``rnr_waits``, ``rnr_ends``,
-        ``naks_seq``/``naks_rnr``/``naks_inv_req``/``naks_rem_access``/``naks_rem_op``,
-        ``acks``, ``ack_duplicate``, ``nak_seq_repeat``, ``nak_seq_in_rnr_wait``,
-        ``retry_exceeded``, ``rnr_retry_exceeded``, ``cnp``, ``refused``, ``flushed``,
-        ``rx_not_ack``).
+        Event counters: ``ack_items`` and the ACK handler's verdicts
+        (:data:`roce_hw.proto.ACK_COUNTERS`, see the module docstring), the NAKs acted on by
+        code (``nak_seq_err``, ``nak_inv_req``, ``nak_rem_access``, ``nak_rem_op``), and
+        ``tx_frames``, ``tx_new``, ``retransmitted``, ``go_back_nak``, ``timeouts``,
+        ``rnr_waits``, ``rnr_ends``, ``nak_seq_repeat``, ``nak_seq_in_rnr_wait``,
+        ``rnr_nak_repeat``, ``retry_exceeded``, ``rnr_retry_exceeded``, ``refused``,
+        ``flushed``.
     rx : RxCounterModel
         The RX front end's counters of every frame received.
     events : list of TimerEvent
@@ -640,56 +646,39 @@ class ReliableRequester:
             return
         f = res.fields
         bth = f["bth"]
-        op, index = bth["opcode"], bth["dest_qp"] - proto.LOCAL_QPN_BASE
+        index = bth["dest_qp"] - proto.LOCAL_QPN_BASE
+        aeth = f.get("aeth") or {}
+        item = AckItem(src_ip=f["src_ip"], dest_qp=bth["dest_qp"], psn=bth["psn"],
+                       opcode=bth["opcode"], syndrome=aeth.get("syndrome", 0),
+                       msn=aeth.get("msn", 0), p_key=bth["p_key"],
+                       bth_aeth_only=bool(f.get("bth_aeth_only")))
         local = 0 <= index < self.n_qp
-        if op == _CNP:
-            if local:
-                self.counters["cnp"] += 1
-                self._stats[index]["cnp"] += 1
-            else:
-                self.counters["cnp_unknown_qp"] += 1
+        row = self._req.qps.rows[index] if local else {}
+        una = row.get("una_psn", 0)
+        # The hardware's rule set (one source): "PSN after the last one sent" is una plus
+        # the packets outstanding.
+        verdict, kind = ack_verdict(
+            item, n_qp=self.n_qp, una=una,
+            row=dict(row, next_psn=(una + len(self._qp[index].out)) & proto.PSN_MASK)
+            if local else {})
+        self.counters["ack_items"] += 1
+        self.counters[verdict] += 1
+        if kind is None:
             return
-        if op != _ACK:
-            self.counters["rx_not_ack"] += 1
-            return
-        if not f["bth_aeth_only"]:
-            self.counters["ack_malformed"] += 1
-            return
-        if not local:
-            self.counters["ack_unknown_qp"] += 1
-            return
-        row = self._req.qps.rows[index]
-        if row["state"] != _RTS:
-            self.counters["ack_qp_not_rts"] += 1
-            return
-        if f["src_ip"] != row["remote_ip"]:
-            self.counters["ack_bad_src"] += 1
-            return
-        kind, code = proto.aeth_decode(f["aeth"]["syndrome"])
-        if kind == proto.AethType.RESERVED or (kind == proto.AethType.NAK and code > 3):
-            self.counters["ack_bad_syndrome"] += 1
+        if kind == proto.AckKind.CNP:
+            self._stats[index]["cnp"] += 1
             return
         st = self._qp[index]
         psn = bth["psn"]
-        d = psn_diff(psn, row["una_psn"])
-        if kind == proto.AethType.ACK and d == -1:
-            self.counters["ack_duplicate"] += 1
-            return
-        if d < 0:
-            self.counters["ack_stale"] += 1
-            return
-        if d >= len(st.out):
-            self.counters["ack_psn_unsent"] += 1
-            return
-        if kind == proto.AethType.ACK:
-            self.counters["acks"] += 1
+        d = psn_diff(psn, una)
+        code = item.syndrome & 0x1F
+        if kind == proto.AckKind.ACK:
             self._retire(index, d + 1, c)
             return
         self._stats[index]["naks"] += 1
         if d:
             self._retire(index, d, c)           # every NAK acknowledges what precedes it
-        if kind == proto.AethType.RNR_NAK:
-            self.counters["naks_rnr"] += 1
+        if kind == proto.AckKind.RNR:
             self._rnr_nak(index, psn, code, c)
             return
         self.counters[_NAK_NAMES[code]] += 1
