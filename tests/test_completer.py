@@ -3,17 +3,21 @@
 several WRs of several QPs, NAK PSN-sequence walks, RNR waits, fatal NAKs and flushes,
 exhausted retries, resets, a small pool filling up, stalls of every output), directed cases of
 the go-back-N walk checked against results written out here, the walk with ``retx`` blocked
-while WRs and events keep flowing, and the model against the reference requester
-(:class:`roce_hw.model.reliable.ReliableRequester`) in the lossy loop."""
+while WRs and events keep flowing, the model against the reference requester
+(:class:`roce_hw.model.reliable.ReliableRequester`) in the lossy loop, and the completer with
+the retransmission timers (:class:`roce_hw.ctrl.timers.RetxTimers`)."""
 
 import random
 from collections import Counter
 
 import pytest
+from amaranth import Elaboratable, Module
+from amaranth.lib import wiring
 
 from roce_hw import proto
 from roce_hw.config import EngineConfig
 from roce_hw.ctrl.completer import Completer
+from roce_hw.ctrl.timers import RetxTimers
 from roce_hw.layouts import ack_event_layout, posted_layout, timer_fire_layout
 from roce_hw.model.completer import CompleterModel
 from roce_hw.model.reliable import ReliableRequester
@@ -992,3 +996,92 @@ def test_model_rnr_and_retry_exceeded_as_the_reference(dup):
     assert {e["status"] for e in sh.cm.qp_errors} == {S.RETRY_EXC_ERR}
     if dup:
         assert r.requester["rnr_nak_repeat"] > 0
+
+
+# ---------------------------------------------------------------- with the timers
+
+class _WithTimers(Elaboratable):
+    """The completer and the retransmission timers, connected as the design note has it
+    (``arm``/``rnr`` to the timers, their ``fire`` back)."""
+
+    def __init__(self, config, clock_hz):
+        self.c = Completer(config)
+        self.t = RetxTimers(config, clock_hz=clock_hz)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.c, m.submodules.t = self.c, self.t
+        wiring.connect(m, self.c.arm, self.t.arm)
+        wiring.connect(m, self.c.rnr, self.t.rnr)
+        wiring.connect(m, self.t.fire, self.c.fire)
+        return m
+
+
+def test_with_the_timers():
+    """The completer and RetxTimers together (1 MHz: a 4.096 us tick is 4 cycles). QP 0 is
+    never acknowledged: two timeouts walk its 3 WRs again (retry_cnt 2), then RETRY_EXC fails
+    the first and flushes the rest (a RETRY_EXC during a walk would stop it). QP 1's RNR NAK
+    with rnr_retry 0 fails its WR RNR_RETRY_EXC_ERR. QP 2's RNR NAK waits (code 1: 10 us),
+    RNR_DONE walks it from the NAKed PSN, an ACK completes it, and its timers stop (no more
+    fires)."""
+    config = EngineConfig(data_width=64, n_qp=4)
+    dut = _WithTimers(config, 1_000_000)
+    c, t = dut.c, dut.t
+    # timeout, retry_cnt, rnr_retry (QP 0: 32.8 us, long enough for a walk of 3 WRs)
+    setups = {0: (3, 2, 0), 1: (1, 7, 0), 2: (3, 7, 1)}
+    inputs = [_wr(0, 1, 100, 2), _wr(0, 2, 102, 1), _wr(0, 3, 103, 3), _wr(1, 10, 50, 1),
+              _ev(1, K.RNR, 50, code=1), _wr(2, 20, 7, 2), _wr(2, 21, 9, 1),
+              _ev(2, K.ACK, 7), _ev(2, K.RNR, 8, code=1)]
+    out = {"cq": [], "retx": [], "qp_error": []}
+    state = {}
+
+    async def driver(ctx):
+        for q, (timeout, retry, rnr_retry) in setups.items():
+            ctx.set(t.setup.payload, {"qp": q, "timeout": timeout, "retry_cnt": retry,
+                                      "rnr_retry": rnr_retry})
+            ctx.set(t.setup.valid, 1)
+            await ctx.tick().until(t.setup.ready)
+        ctx.set(t.setup.valid, 0)
+        ports = {"post": (c.posted, posted_layout(4)), "ev": (c.ev, ack_event_layout(4))}
+        for what, f in inputs:
+            port, layout = ports[what]
+            ctx.set(port.payload, layout.const(f))
+            ctx.set(port.valid, 1)
+            await ctx.tick().until(port.ready)
+            ctx.set(port.valid, 0)
+        # QP 2: acknowledged once its walk was sent
+        while not any(r["qp"] == 2 for r in out["retx"]):
+            await ctx.tick()
+        await ctx.tick().repeat(5)
+        port, layout = ports["ev"]
+        ctx.set(port.payload, layout.const(_ev(2, K.ACK, 9)[1]))
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+        await ctx.tick().repeat(3000)
+        state["ignored"] = ctx.get(c.fires_ignored)
+
+    async def monitor(ctx):
+        for p in (c.cq, c.retx, c.qp_error):
+            ctx.set(p.ready, 1)
+        async for _clk, _rst, *v in ctx.tick().sample(
+                c.cq.valid, c.cq.payload, c.retx.valid, c.retx.payload, c.qp_error.valid,
+                c.qp_error.payload):
+            for name, (valid, payload) in zip(out, zip(v[::2], v[1::2])):
+                if valid:
+                    out[name].append({k: int(getattr(payload, k)) for k, _ in payload.shape()})
+
+    run_simulation(dut, [driver], [monitor], cycles=20000)
+    by = per_qp(out["cq"])
+    walks = [(r["qp"], r["wr_id"], r["start_packet"], r["start_psn"]) for r in out["retx"]]
+    assert [(x["wr_id"], x["status"]) for x in by[0]] == [
+        (1, S.RETRY_EXC_ERR), (2, S.WR_FLUSH_ERR), (3, S.WR_FLUSH_ERR)]
+    assert [(x["wr_id"], x["status"]) for x in by[1]] == [(10, S.RNR_RETRY_EXC_ERR)]
+    assert [(x["wr_id"], x["status"]) for x in by[2]] == [(20, S.SUCCESS), (21, S.SUCCESS)]
+    assert [w for w in walks if w[0] == 0] == [(0, 1, 0, 100), (0, 2, 0, 102),
+                                               (0, 3, 0, 103)] * 2
+    assert [w for w in walks if w[0] == 2] == [(2, 20, 1, 8), (2, 21, 0, 9)]
+    assert {(e["qp"], e["status"]) for e in out["qp_error"]} == {
+        (0, S.RETRY_EXC_ERR), (1, S.RNR_RETRY_EXC_ERR)}
+    # every fire acted on: none came for a QP done or failed
+    assert state["ignored"] == 0
