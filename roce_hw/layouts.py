@@ -23,7 +23,7 @@ __all__ = [
     "CNP_PAD", "CM_DATAGRAM", "ARP",
     "QP_CONTEXT", "qp_index_width", "local_qpn", "qp_index", "mgmt_req_layout",
     "mgmt_rsp_layout", "tx_upd_layout", "una_upd_layout", "sending_layout",
-    "ack_event_layout", "posted_layout", "replay_layout", "qp_error_layout",
+    "ack_event_layout", "posted_layout", "qp_error_layout",
     "qp_reset_layout", "timer_setup_layout", "timer_arm_layout", "timer_rnr_layout",
     "timer_fire_layout", "IndexSignature", "QPReadSignature",
 ]
@@ -163,14 +163,6 @@ def posted_layout(n_qp):
                               "length": 32, "signaled": 1, "first_psn": proto.PSN_BITS,
                               "last_psn": proto.PSN_BITS, "remote_addr": 64, "r_key": 32,
                               "imm": 32, "solicited": 1})
-
-
-def replay_layout(n_qp):
-    """A go-back-N request of the completer: ``{qp, psn, rnr 1, code 5}``: send QP ``qp`` again
-    from ``psn`` on; with ``rnr`` after the RNR wait of timer ``code`` (an RNR NAK), else at
-    once (a NAK PSN-sequence error; ``code`` 0)."""
-    return data.StructLayout({"qp": qp_index_width(n_qp), "psn": proto.PSN_BITS, "rnr": 1,
-                              "code": 5})
 
 
 def qp_error_layout(n_qp):
