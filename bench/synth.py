@@ -169,6 +169,19 @@ def _timers(width):
     return RetxTimers(EngineConfig(data_width=width), clock_hz=250_000_000)
 
 
+def _retx_store(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.ctrl.retx_store import RetxStore
+    return RetxStore(EngineConfig(data_width=width), size_bytes=128 * 1024)
+
+
+def _retx_store_cap(width):
+    from roce_hw.config import EngineConfig
+    from roce_hw.ctrl.retx_store import RetxStore
+    return RetxStore(EngineConfig(data_width=width, n_qp=4096), size_bytes=128 * 1024,
+                     qp_cap_bytes=32 * 1024)
+
+
 #: Benchmarkable designs by name.
 DESIGNS = {
     "crc": Design(_crc, "bare CRC32 (zlib) with keep, one CRC per packet"),
@@ -190,6 +203,10 @@ DESIGNS = {
                                     "256 WRs; width-independent)"),
     "timers": Design(_timers, "retransmission timers: per-QP ACK timer and RNR wait, RAM "
                               "sweep (16 QPs, 250 MHz; width-independent)"),
+    "retx_store": Design(_retx_store, "retransmit store: 128 KiB of 512-byte pages, 16 QPs, "
+                                      "no cap"),
+    "retx_store_cap": Design(_retx_store_cap, "retransmit store: 128 KiB, 4096 QPs, a cap of "
+                                              "32 KiB per QP"),
 }
 
 #: Names that expand to several designs.

@@ -102,3 +102,26 @@ def test_timers_longest_path(tmp_path, n_qp, clock_hz):
     from roce_hw.ctrl.timers import RetxTimers
     _check(tmp_path, 64, RetxTimers(EngineConfig(data_width=64, n_qp=n_qp), clock_hz=clock_hz),
            f"timers_{n_qp}_{clock_hz}")
+
+
+@pytest.mark.parametrize("width,n_qp,cap", [(64, 16, None), (512, 16, None), (512, 4096, 32768),
+                                            (64, 4096, 32768)])
+def test_retx_store_longest_path(tmp_path, width, n_qp, cap):
+    """The retransmit store alone, 128 KiB (default 512-byte pages) at 64 and 512 bits, with
+    16 QPs and no cap, and with 4096 QPs and a cap (its per-QP counts are a RAM)."""
+    from roce_hw.ctrl.retx_store import RetxStore
+    _check(tmp_path, width, RetxStore(EngineConfig(data_width=width, n_qp=n_qp),
+                                      size_bytes=128 * 1024, qp_cap_bytes=cap),
+           f"retx_store_{width}_{n_qp}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,size,page", [(1024, 128 * 1024, None),
+                                             (512, 4 << 20, 4096), (64, 1 << 20, 256)])
+def test_retx_store_longest_path_other_sizes(tmp_path, width, size, page):
+    """1024 bits; a 4 MiB pool of 1024 pages; a 1 MiB pool of 4096 small pages."""
+    from roce_hw.ctrl.retx_store import RetxStore
+    _check(tmp_path, width, RetxStore(EngineConfig(data_width=width, n_qp=4096),
+                                      size_bytes=size, page_bytes=page,
+                                      qp_cap_bytes=size // 2),
+           f"retx_store_{width}_{size}")
