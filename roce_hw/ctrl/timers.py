@@ -69,14 +69,24 @@ def rnr_ticks(code):
     return math.ceil(Fraction(proto.RNR_TIMER_US[code] * 1000, proto.TIMER_TICK_NS))
 
 
-# One QP's row. ``start``: the tick count when the running timer (ACK timer or RNR wait)
-# started; ``seq`` changes with every start or stop, so the sweep's view of a row (read a few
-# cycles before it acts) is known to be stale; ``pend`` a fire decided while ``fire`` was full.
+# One QP's row, in two RAMs: the read-modify-write stage's (``_ROW``) and the sweep's
+# (``_VIEW``), each with one read port (a RAM with two read ports is two RAMs). ``start``: the
+# tick count when the running timer (ACK timer or RNR wait) started, and ``rnr_code``, are read
+# by the sweep only (written with each start); ``seq`` changes with every start or stop, so the
+# sweep's view of a row (read a few cycles before it acts) is known to be stale; ``pend`` a
+# fire decided while ``fire`` was full. The view's first 13-bit piece is written with every
+# write of the row, its last three (start and code) only when a timer starts.
 _ROW = data.StructLayout({
-    "start": NOW_BITS, "timeout": 5, "retry_cnt": 3, "rnr_retry": 3,
-    "retry_left": 3, "rnr_left": 3, "rnr_code": 5,
+    "timeout": 5, "retry_cnt": 3, "rnr_retry": 3, "retry_left": 3, "rnr_left": 3,
     "out": 1, "ack_run": 1, "rnr_wait": 1, "pend": 1, "pend_kind": 2, "dead": 1, "seq": 3,
 })
+_VIEW_FLAGS = ("timeout", "ack_run", "rnr_wait", "pend", "dead", "seq")
+_VIEW = data.StructLayout({
+    **{name: _ROW.members[name] for name in _VIEW_FLAGS}, "pad": 1,
+    "start": NOW_BITS, "rnr_code": 5,
+})
+_VIEW_PIECE = 13
+assert _VIEW.size == 4 * _VIEW_PIECE and _VIEW["start"].offset == _VIEW_PIECE
 
 _SETUP, _ARM, _RNR, _SWEEP = range(4)
 _INFINITE_RNR = 7
@@ -136,10 +146,13 @@ class RetxTimers(wiring.Component):
     sweep in cycle t fires in cycle t + 8 (:attr:`sweep_latency`).
     Throughput: the sweep reads one row per cycle, all the time; an input is taken every cycle
     but those in which the sweep acts on a row (an expiry, or a held fire to deliver): ``setup``
-    before ``rnr`` before ``arm``. The RAM has one write port; the inputs and the sweep's acts
-    share one read-modify-write stage, which reads the row again (transparently, and with the
-    row the request just ahead writes forwarded), so nothing is ever written from a stale row; the sweep's earlier read only says that the row may need
-    it, and ``seq`` tells whether its timer was restarted or stopped meanwhile.
+    before ``rnr`` before ``arm``. A row is kept in two RAMs, each with one write and one read
+    port: the sweep's view (the start tick, the RNR code, the flags it reads) and the
+    read-modify-write stage's row. The inputs and the sweep's acts share that stage, which reads
+    the row again (transparently, and with the row the request just ahead writes forwarded into
+    its register), so nothing is ever written from a stale row; the sweep's earlier read only
+    says that the row may need it, and ``seq`` tells whether its timer was restarted or stopped
+    meanwhile.
     Backpressure: a fire decided while ``fire`` holds one not taken is kept in its QP's row
     (``pend``) and put on ``fire`` by a later sweep, only when ``fire`` is free (so a stalled
     consumer does not take input slots); the QP's ACK timer does not run meanwhile (it starts
@@ -245,10 +258,13 @@ class RetxTimers(wiring.Component):
 
         # ---------------------------------------------------------------- the RAM
         rows = memory.Memory(shape=_ROW, depth=max(2, n_qp), init=[])
+        views = memory.Memory(shape=_VIEW.size, depth=max(2, n_qp), init=[])
         m.submodules.rows = rows
+        m.submodules.views = views
         wp = rows.write_port()
         up = rows.read_port(transparent_for=(wp,))    # the read-modify-write stage
-        sp = rows.read_port()                          # the sweep (its view is re-checked)
+        vp = views.write_port(granularity=_VIEW_PIECE)
+        sp = views.read_port()                        # the sweep (its view is re-checked)
 
         # ---------------------------------------------------------------- the sweep
         # S0: read row r. S1: the elapsed ticks minus one, e = now + ~start, in 12-bit pieces
@@ -260,7 +276,7 @@ class RetxTimers(wiring.Component):
         rd_qp = Signal(qw)      # the row on sp.data
         s1_qp = Signal(qw)
         m.d.sync += [rd_qp.eq(r), s1_qp.eq(rd_qp)]
-        srow = sp.data
+        srow = _VIEW(sp.data)
         nowv = now.value
         nst = Signal(NOW_BITS)
         m.d.comb += nst.eq(~srow.start)
@@ -277,12 +293,12 @@ class RetxTimers(wiring.Component):
             hi0.eq(nowv[2 * _CHUNK:] + nst[2 * _CHUNK:]),
             hi1.eq(nowv[2 * _CHUNK:] - srow.start[2 * _CHUNK:]),
         ]
-        s1 = Signal(_ROW)
+        s1 = Signal(_VIEW)
         m.d.sync += s1.eq(srow)
 
         # S2
         e = Signal(NOW_BITS)
-        s2 = Signal(_ROW)
+        s2 = Signal(_VIEW)
         s2_qp = Signal(qw)
         c_mid = Mux(lo[_CHUNK], mid1[_CHUNK], mid0[_CHUNK])
         m.d.sync += [
@@ -300,7 +316,7 @@ class RetxTimers(wiring.Component):
                     m.d.sync += kval.eq(rnr_ticks(code))
 
         # S3: "e >= 2**timeout" and "e >= K" (e is non-negative unless the start is this tick)
-        s3 = Signal(_ROW)
+        s3 = Signal(_VIEW)
         s3_qp = Signal(qw)
         ack_hit = Signal()
         neg = Signal()
@@ -464,8 +480,6 @@ class RetxTimers(wiring.Component):
             kind.eq(Mux(is_sweep & row.pend, row.pend_kind, dkind)),
             rnr_repeat.eq(is_rnr & live & row.rnr_wait),
             dead_input.eq((is_arm | is_rnr) & row.dead),
-            new.start.eq(Mux(ev["restart"] | ev["rnr_start"], nowv, row.start)),
-            new.rnr_code.eq(Mux(ev["rnr_start"], rq_code, row.rnr_code)),
             new.seq.eq(Mux(ev["seq"], seq_next, row.seq)),
             new.timeout.eq(Mux(is_setup, rq_setup.timeout, row.timeout)),
             new.retry_cnt.eq(Mux(is_setup, rq_setup.retry_cnt, row.retry_cnt)),
@@ -488,6 +502,16 @@ class RetxTimers(wiring.Component):
                         (row.pend & ~(is_setup | ev["pend_out"] | ev["rnr_exc"]))),
             new.pend_kind.eq(Mux(ev["kept"], dkind, row.pend_kind)),
             wp.addr.eq(rq_qp), wp.data.eq(new), wp.en.eq(we),
+        ]
+        # the sweep's view: its flags with every write, the start (and an RNR wait's code: an
+        # ACK timer's start writes a code that no one reads) when a timer starts
+        view = Signal(_VIEW)
+        start_we = Signal()
+        m.d.comb += [
+            [getattr(view, name).eq(getattr(new, name)) for name in _VIEW_FLAGS],
+            view.start.eq(nowv), view.rnr_code.eq(rq_code),
+            start_we.eq(ev["restart"] | ev["rnr_start"]),
+            vp.addr.eq(rq_qp), vp.data.eq(view), vp.en.eq(Cat(we, start_we.replicate(3))),
         ]
 
         # ---------------------------------------------------------------- fire
