@@ -85,16 +85,9 @@ def test_completer_longest_path(tmp_path, n_qp):
            f"completer_{n_qp}")
 
 
-_TIMERS_4096_7 = pytest.mark.xfail(strict=True, reason=(
-    "7 cells at 4096 QPs: the transparent read port's bypass of the deep RAM behind the "
-    "forwarded row (last_new -> ... -> MUXF7/MUXF8); to do: forward two requests deep from "
-    "registers instead of the transparent port"))
-
-
 @pytest.mark.parametrize("n_qp,clock_hz", [
     (16, 250_000_000), (5, 100_000_000),
-    pytest.param(4096, 322_265_625, marks=_TIMERS_4096_7),
-    pytest.param(4096, 133_333_333, marks=_TIMERS_4096_7)])
+    (4096, 322_265_625), (4096, 133_333_333)])
 def test_timers_longest_path(tmp_path, n_qp, clock_hz):
     """The retransmission timers alone at 16, 5 and 4096 QPs, with a whole tick period (250
     and 322.27 MHz) and a fractional one (100 and 133.33 MHz: the period's accumulator): one

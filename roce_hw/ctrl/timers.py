@@ -69,17 +69,34 @@ def rnr_ticks(code):
     return math.ceil(Fraction(proto.RNR_TIMER_US[code] * 1000, proto.TIMER_TICK_NS))
 
 
-# One QP's row. ``start``: the tick count when the running timer (ACK timer or RNR wait)
-# started; ``seq`` changes with every start or stop, so the sweep's view of a row (read a few
-# cycles before it acts) is known to be stale; ``pend`` a fire decided while ``fire`` was full.
+# One QP's row, in two RAMs: the read-modify-write stage's (``_ROW``) and the sweep's
+# (``_VIEW``), each with one read port (a RAM with two read ports is two RAMs). ``start``: the
+# tick count when the running timer (ACK timer or RNR wait) started, and ``rnr_code``, are read
+# by the sweep only (written with each start); ``seq`` changes with every start or stop, so the
+# sweep's view of a row (read a few cycles before it acts) is known to be stale; ``pend`` a
+# fire decided while ``fire`` was full. The view's first 13-bit piece is written with every
+# write of the row, its last three (start and code) only when a timer starts.
 _ROW = data.StructLayout({
-    "start": NOW_BITS, "timeout": 5, "retry_cnt": 3, "rnr_retry": 3,
-    "retry_left": 3, "rnr_left": 3, "rnr_code": 5,
+    "timeout": 5, "retry_cnt": 3, "rnr_retry": 3, "retry_left": 3, "rnr_left": 3,
     "out": 1, "ack_run": 1, "rnr_wait": 1, "pend": 1, "pend_kind": 2, "dead": 1, "seq": 3,
 })
+_VIEW_FLAGS = ("timeout", "ack_run", "rnr_wait", "pend", "dead", "seq")
+_VIEW = data.StructLayout({
+    **{name: _ROW.members[name] for name in _VIEW_FLAGS}, "pad": 1,
+    "start": NOW_BITS, "rnr_code": 5,
+})
+_VIEW_PIECE = 13
+assert _VIEW.size == 4 * _VIEW_PIECE and _VIEW["start"].offset == _VIEW_PIECE
 
 _SETUP, _ARM, _RNR, _SWEEP = range(4)
 _INFINITE_RNR = 7
+
+
+def _step(x, down=False):
+    """``x + 1`` (``x - 1`` when ``down``) modulo ``2**len(x)`` as gates: an adder would be a
+    carry chain, two cells where the read-modify-write stage has none to spare."""
+    return Cat(x[i] ^ (~x[:i] if down else x[:i]).all() if i else ~x[0]
+               for i in range(len(x)))
 
 
 class RetxTimers(wiring.Component):
@@ -129,10 +146,13 @@ class RetxTimers(wiring.Component):
     sweep in cycle t fires in cycle t + 8 (:attr:`sweep_latency`).
     Throughput: the sweep reads one row per cycle, all the time; an input is taken every cycle
     but those in which the sweep acts on a row (an expiry, or a held fire to deliver): ``setup``
-    before ``rnr`` before ``arm``. The RAM has one write port; the inputs and the sweep's acts
-    share one read-modify-write stage, which reads the row again (transparently, and with the
-    row the request just ahead writes forwarded), so nothing is ever written from a stale row; the sweep's earlier read only says that the row may need
-    it, and ``seq`` tells whether its timer was restarted or stopped meanwhile.
+    before ``rnr`` before ``arm``. A row is kept in two RAMs, each with one write and one read
+    port: the sweep's view (the start tick, the RNR code, the flags it reads) and the
+    read-modify-write stage's row. The inputs and the sweep's acts share that stage, which reads
+    the row again (transparently, and with the row the request just ahead writes forwarded into
+    its register), so nothing is ever written from a stale row; the sweep's earlier read only
+    says that the row may need it, and ``seq`` tells whether its timer was restarted or stopped
+    meanwhile.
     Backpressure: a fire decided while ``fire`` holds one not taken is kept in its QP's row
     (``pend``) and put on ``fire`` by a later sweep, only when ``fire`` is free (so a stalled
     consumer does not take input slots); the QP's ACK timer does not run meanwhile (it starts
@@ -238,10 +258,13 @@ class RetxTimers(wiring.Component):
 
         # ---------------------------------------------------------------- the RAM
         rows = memory.Memory(shape=_ROW, depth=max(2, n_qp), init=[])
+        views = memory.Memory(shape=_VIEW.size, depth=max(2, n_qp), init=[])
         m.submodules.rows = rows
+        m.submodules.views = views
         wp = rows.write_port()
         up = rows.read_port(transparent_for=(wp,))    # the read-modify-write stage
-        sp = rows.read_port()                          # the sweep (its view is re-checked)
+        vp = views.write_port(granularity=_VIEW_PIECE)
+        sp = views.read_port()                        # the sweep (its view is re-checked)
 
         # ---------------------------------------------------------------- the sweep
         # S0: read row r. S1: the elapsed ticks minus one, e = now + ~start, in 12-bit pieces
@@ -253,7 +276,7 @@ class RetxTimers(wiring.Component):
         rd_qp = Signal(qw)      # the row on sp.data
         s1_qp = Signal(qw)
         m.d.sync += [rd_qp.eq(r), s1_qp.eq(rd_qp)]
-        srow = sp.data
+        srow = _VIEW(sp.data)
         nowv = now.value
         nst = Signal(NOW_BITS)
         m.d.comb += nst.eq(~srow.start)
@@ -270,12 +293,12 @@ class RetxTimers(wiring.Component):
             hi0.eq(nowv[2 * _CHUNK:] + nst[2 * _CHUNK:]),
             hi1.eq(nowv[2 * _CHUNK:] - srow.start[2 * _CHUNK:]),
         ]
-        s1 = Signal(_ROW)
+        s1 = Signal(_VIEW)
         m.d.sync += s1.eq(srow)
 
         # S2
         e = Signal(NOW_BITS)
-        s2 = Signal(_ROW)
+        s2 = Signal(_VIEW)
         s2_qp = Signal(qw)
         c_mid = Mux(lo[_CHUNK], mid1[_CHUNK], mid0[_CHUNK])
         m.d.sync += [
@@ -293,7 +316,7 @@ class RetxTimers(wiring.Component):
                     m.d.sync += kval.eq(rnr_ticks(code))
 
         # S3: "e >= 2**timeout" and "e >= K" (e is non-negative unless the start is this tick)
-        s3 = Signal(_ROW)
+        s3 = Signal(_VIEW)
         s3_qp = Signal(qw)
         ack_hit = Signal()
         neg = Signal()
@@ -351,6 +374,9 @@ class RetxTimers(wiring.Component):
         rq_code = Signal(5)
         rq_seq, rq_exp, rq_rnr = Signal(3), Signal(), Signal()
         bad_qp = Signal()
+        # the request one stage ahead writes its row only after this one's read: its new row
+        # is forwarded into R1's register, selected by a register (not on R2's paths)
+        fwd = Signal()
         in_bad = (sel_qp >= n_qp) if (1 << qw) != n_qp else C(0, 1)
         taken = setup.valid | rnr.valid | arm.valid
         m.d.sync += [
@@ -358,124 +384,135 @@ class RetxTimers(wiring.Component):
             rq_code.eq(rnr.payload.code), rq_seq.eq(h_seq), rq_exp.eq(h_exp),
             rq_rnr.eq(h_rnr),
             rq_valid.eq(hint | (taken & ~in_bad)),
+            fwd.eq(rq_valid & (rq_qp == sel_qp)),
             bad_qp.eq(~hint & taken & in_bad),
             rq_kind.eq(Mux(hint, _SWEEP, Mux(setup.valid, _SETUP, Mux(rnr.valid, _RNR, _ARM)))),
         ]
 
         # ---------------------------------------------------------------- R1: the row, registered
-        # (a deep RAM's output multiplexer takes three cells); the request one stage ahead
-        # writes its row only now, after this one's read: its new row is forwarded
+        # (a deep RAM's output multiplexer takes three cells), with the new row of the request
+        # one stage ahead when it is the same QP's: R2 acts on a register, no multiplexer
         r1_valid, r1_kind, r1_qp = Signal(), Signal(2), Signal(qw)
-        # the request's kind one-hot, registered (a 4-way case on the row would be a mux tree)
+        # what the request may do, one-hot and registered: R2 is a flat sum of products of
+        # these and of the row's bits (a priority chain or a case on the row is deeper)
         is_k = [Signal(name=f"r1_is{k}") for k in range(4)]
         m.d.sync += [is_k[k].eq(rq_valid & (rq_kind == k)) for k in range(4)]
+        arm_stop, arm_go, sw_rnr, sw_ack = (
+            Signal(name=n) for n in ("r1_arm_stop", "r1_arm_go", "r1_sw_rnr", "r1_sw_ack"))
+        in_arm = rq_valid & (rq_kind == _ARM)
+        in_sweep = rq_valid & (rq_kind == _SWEEP)
+        m.d.sync += [
+            arm_stop.eq(in_arm & ~rq_arm.outstanding), arm_go.eq(in_arm & rq_arm.outstanding),
+            sw_rnr.eq(in_sweep & rq_exp & rq_rnr), sw_ack.eq(in_sweep & rq_exp & ~rq_rnr),
+        ]
         r1_setup = Signal(timer_setup_layout(n_qp))
         r1_arm = Signal(timer_arm_layout(n_qp))
         r1_code, r1_seq, r1_exp, r1_rnr = Signal(5), Signal(3), Signal(), Signal()
         r1_row = Signal(_ROW)
-        r1_fwd = Signal()
-        last_new = Signal(_ROW)
         new = Signal(_ROW)
         m.d.sync += [
             r1_valid.eq(rq_valid), r1_kind.eq(rq_kind), r1_qp.eq(rq_qp),
             r1_setup.eq(rq_setup), r1_arm.eq(rq_arm), r1_code.eq(rq_code),
             r1_seq.eq(rq_seq), r1_exp.eq(rq_exp), r1_rnr.eq(rq_rnr),
-            r1_row.eq(up.data),
-            r1_fwd.eq(r1_valid & (r1_qp == rq_qp)),
-            last_new.eq(new),
+            r1_row.eq(Mux(fwd, new, up.data)),
         ]
         rq_valid, rq_kind, rq_qp = r1_valid, r1_kind, r1_qp
         rq_setup, rq_arm, rq_code = r1_setup, r1_arm, r1_code
         rq_seq, rq_exp, rq_rnr = r1_seq, r1_exp, r1_rnr
 
         # ---------------------------------------------------------------- R2: act on the row
-        row = Signal(_ROW)
-        m.d.comb += row.eq(Mux(r1_fwd, last_new, r1_row))
+        # The rules as events (exclusive, but for the ACK timer's restart after a fire), and
+        # each field of the new row as a sum of products of them: no priority chain.
+        row = r1_row
+        is_setup, is_rnr, is_sweep = is_k[_SETUP], is_k[_RNR], is_k[_SWEEP]
+        is_arm = arm_stop | arm_go
+        live = ~row.dead
+        has_t, rnr_out, retry_out, seq_ok = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [
+            has_t.eq(row.timeout != 0),
+            rnr_out.eq((row.rnr_left == 0) & (row.rnr_retry != _INFINITE_RNR)),
+            retry_out.eq(row.retry_left == 0),
+            seq_ok.eq(rq_seq == row.seq),
+        ]
+        ev = {n: Signal(name=f"ev_{n}") for n in (
+            "stop", "arm_start", "rnr_exc", "rnr_start", "pend_out", "rnr_done", "ack_over",
+            "decided", "kept", "restart", "seq")}
+        # the sweep's expiry stands if its view is still the row's: nothing waiting, same seq
+        sweep_ok = is_sweep & ~row.pend & live & seq_ok
+        m.d.comb += [
+            ev["stop"].eq(arm_stop & live & row.ack_run),
+            ev["arm_start"].eq(arm_go & live & ~row.rnr_wait & has_t &
+                               (rq_arm.progress | (~row.ack_run & ~row.pend))),
+            ev["rnr_exc"].eq(is_rnr & live & ~row.rnr_wait & rnr_out),
+            ev["rnr_start"].eq(is_rnr & live & ~row.rnr_wait & ~rnr_out),
+            ev["pend_out"].eq(is_sweep & row.pend & fire_free),
+            ev["rnr_done"].eq(sweep_ok & sw_rnr & row.rnr_wait),
+            ev["ack_over"].eq(sweep_ok & sw_ack & row.ack_run),
+            # a fire decided: put on ``fire`` if it is free, else kept in the row
+            ev["decided"].eq(ev["rnr_exc"] | ev["rnr_done"] | ev["ack_over"]),
+            ev["kept"].eq(ev["decided"] & ~fire_free),
+            # the ACK timer started: by an arm, or as a go-back (TIMEOUT, RNR_DONE) goes out
+            ev["restart"].eq(
+                ev["arm_start"] |
+                (ev["pend_out"] & live & ~row.rnr_wait & row.out & has_t &
+                 ~row.pend_kind[1]) |    # a TIMEOUT or RNR_DONE kept
+                ((ev["rnr_done"] | (ev["ack_over"] & ~retry_out)) & fire_free & row.out &
+                 has_t)),
+            ev["seq"].eq(is_setup | ev["stop"] | ev["restart"] | ev["rnr_exc"] |
+                         ev["rnr_start"] | ev["rnr_done"] | ev["ack_over"]),
+        ]
+        # the decided fire's kind (TimerKind's encoding; one event at a time)
+        dkind = Signal(2)
+        m.d.comb += dkind.eq(Cat(is_rnr | sw_rnr, is_rnr | (sw_ack & retry_out)))
+        refill = Signal()
+        m.d.comb += refill.eq(is_arm & live & rq_arm.progress)
         we = Signal()
         emit = Signal()
         kind = Signal(2)
         rnr_repeat = Signal()
         dead_input = Signal()
-        has_t = row.timeout != 0
-        m.d.comb += [new.eq(row), wp.addr.eq(rq_qp), wp.data.eq(new), wp.en.eq(we)]
-
-        def restart():
-            return [new.ack_run.eq(1), new.start.eq(nowv), new.seq.eq(row.seq + 1)]
-
-        def decided(k, go_back):
-            # put fire k out, or keep it in the row; a go-back restarts the ACK timer when it
-            # goes out
-            stmts_emit = [emit.eq(1), kind.eq(k)]
-            with m.If(fire_free):
-                m.d.comb += stmts_emit
-                if go_back:
-                    with m.If(row.out & has_t):
-                        m.d.comb += restart()
-            with m.Else():
-                m.d.comb += [new.pend.eq(1), new.pend_kind.eq(k)]
-
-        with m.If(is_k[_SETUP]):
-            m.d.comb += [
-                we.eq(1),
-                new.timeout.eq(rq_setup.timeout), new.retry_cnt.eq(rq_setup.retry_cnt),
-                new.rnr_retry.eq(rq_setup.rnr_retry),
-                new.retry_left.eq(rq_setup.retry_cnt),
-                new.rnr_left.eq(rq_setup.rnr_retry),
-                new.out.eq(0), new.ack_run.eq(0), new.rnr_wait.eq(0), new.pend.eq(0),
-                new.dead.eq(0), new.seq.eq(row.seq + 1),
-            ]
-        with m.Elif(is_k[_ARM]):
-            with m.If(row.dead):
-                m.d.comb += dead_input.eq(1)
-            with m.Else():
-                m.d.comb += [we.eq(1), new.out.eq(rq_arm.outstanding)]
-                with m.If(rq_arm.progress):
-                    m.d.comb += [new.retry_left.eq(row.retry_cnt),
-                                 new.rnr_left.eq(row.rnr_retry)]
-                with m.If(~rq_arm.outstanding):
-                    with m.If(row.ack_run):
-                        m.d.comb += [new.ack_run.eq(0), new.seq.eq(row.seq + 1)]
-                with m.Elif(~row.rnr_wait & has_t &
-                            (rq_arm.progress | (~row.ack_run & ~row.pend))):
-                    m.d.comb += restart()
-        with m.Elif(is_k[_RNR]):
-            with m.If(row.dead):
-                m.d.comb += dead_input.eq(1)
-            with m.Elif(row.rnr_wait):
-                m.d.comb += rnr_repeat.eq(1)
-            with m.Elif((row.rnr_left == 0) & (row.rnr_retry != _INFINITE_RNR)):
-                m.d.comb += [we.eq(1), new.dead.eq(1), new.ack_run.eq(0),
-                             new.pend.eq(0), new.seq.eq(row.seq + 1)]
-                decided(proto.TimerKind.RNR_RETRY_EXC, False)
-            with m.Else():
-                m.d.comb += [
-                    we.eq(1), new.rnr_wait.eq(1), new.rnr_code.eq(rq_code),
-                    new.start.eq(nowv), new.ack_run.eq(0), new.seq.eq(row.seq + 1),
-                ]
-                with m.If(row.rnr_retry != _INFINITE_RNR):
-                    m.d.comb += new.rnr_left.eq(row.rnr_left - 1)
-        with m.Elif(is_k[_SWEEP]):
-            with m.If(row.pend):
-                with m.If(fire_free):
-                    m.d.comb += [we.eq(1), new.pend.eq(0), emit.eq(1),
-                                 kind.eq(row.pend_kind)]
-                    with m.If(~row.dead & ~row.rnr_wait & row.out & has_t &
-                              (row.pend_kind <= int(proto.TimerKind.RNR_DONE))):
-                        m.d.comb += restart()
-            with m.Elif(~row.dead & rq_exp & (rq_seq == row.seq)):
-                with m.If(rq_rnr & row.rnr_wait):
-                    m.d.comb += [we.eq(1), new.rnr_wait.eq(0),
-                                 new.seq.eq(row.seq + 1)]
-                    decided(proto.TimerKind.RNR_DONE, True)
-                with m.Elif(~rq_rnr & row.ack_run):
-                    m.d.comb += [we.eq(1), new.ack_run.eq(0),
-                                 new.seq.eq(row.seq + 1)]
-                    with m.If(row.retry_left == 0):
-                        m.d.comb += new.dead.eq(1)
-                        decided(proto.TimerKind.RETRY_EXC, False)
-                    with m.Else():
-                        m.d.comb += new.retry_left.eq(row.retry_left - 1)
-                        decided(proto.TimerKind.TIMEOUT, True)
+        seq_next = Signal(3)
+        m.d.comb += [
+            seq_next.eq(_step(row.seq)),
+            we.eq(is_setup | (is_arm & live) | ev["rnr_exc"] | ev["rnr_start"] |
+                  ev["pend_out"] | ev["rnr_done"] | ev["ack_over"]),
+            emit.eq(ev["pend_out"] | (ev["decided"] & fire_free)),
+            kind.eq(Mux(is_sweep & row.pend, row.pend_kind, dkind)),
+            rnr_repeat.eq(is_rnr & live & row.rnr_wait),
+            dead_input.eq((is_arm | is_rnr) & row.dead),
+            new.seq.eq(Mux(ev["seq"], seq_next, row.seq)),
+            new.timeout.eq(Mux(is_setup, rq_setup.timeout, row.timeout)),
+            new.retry_cnt.eq(Mux(is_setup, rq_setup.retry_cnt, row.retry_cnt)),
+            new.rnr_retry.eq(Mux(is_setup, rq_setup.rnr_retry, row.rnr_retry)),
+            new.retry_left.eq(Mux(is_setup, rq_setup.retry_cnt,
+                                  Mux(refill, row.retry_cnt,
+                                      Mux(ev["ack_over"] & ~retry_out,
+                                          _step(row.retry_left, down=True), row.retry_left)))),
+            new.rnr_left.eq(Mux(is_setup, rq_setup.rnr_retry,
+                                Mux(refill, row.rnr_retry,
+                                    Mux(ev["rnr_start"] & (row.rnr_retry != _INFINITE_RNR),
+                                        _step(row.rnr_left, down=True), row.rnr_left)))),
+            new.out.eq(Mux(is_arm & live, arm_go, row.out & ~is_setup)),
+            new.ack_run.eq(ev["restart"] |
+                           (row.ack_run & ~(is_setup | ev["stop"] | ev["rnr_exc"] |
+                                            ev["rnr_start"] | ev["ack_over"]))),
+            new.rnr_wait.eq(ev["rnr_start"] | (row.rnr_wait & ~is_setup & ~ev["rnr_done"])),
+            new.dead.eq(ev["rnr_exc"] | (ev["ack_over"] & retry_out) | (row.dead & ~is_setup)),
+            new.pend.eq(ev["kept"] |
+                        (row.pend & ~(is_setup | ev["pend_out"] | ev["rnr_exc"]))),
+            new.pend_kind.eq(Mux(ev["kept"], dkind, row.pend_kind)),
+            wp.addr.eq(rq_qp), wp.data.eq(new), wp.en.eq(we),
+        ]
+        # the sweep's view: its flags with every write, the start (and an RNR wait's code: an
+        # ACK timer's start writes a code that no one reads) when a timer starts
+        view = Signal(_VIEW)
+        start_we = Signal()
+        m.d.comb += [
+            [getattr(view, name).eq(getattr(new, name)) for name in _VIEW_FLAGS],
+            view.start.eq(nowv), view.rnr_code.eq(rq_code),
+            start_we.eq(ev["restart"] | ev["rnr_start"]),
+            vp.addr.eq(rq_qp), vp.data.eq(view), vp.en.eq(Cat(we, start_we.replicate(3))),
+        ]
 
         # ---------------------------------------------------------------- fire
         with m.If(emit):
