@@ -144,6 +144,7 @@ from .psn import psn_diff
 from .requester import RequesterModel, refusal, request_opcode
 from .rx import RxCounterModel, classify
 from .segment import segment_message
+from .timers import ack_timeout_cycles_exact, rnr_wait_cycles_exact
 
 __all__ = ["PSN_CAP", "TxRecord", "WorkCompletion", "TimerEvent", "ReliableRequester",
            "ack_timeout_cycles", "rnr_wait_cycles", "wc_opcode"]
@@ -174,26 +175,22 @@ def wc_opcode(opcode):
     return _WC.get(request_opcode(opcode))
 
 
-def _ceil_cycles(seconds, clock_hz):
-    return math.ceil(Fraction(seconds) * Fraction(clock_hz))
-
-
 def ack_timeout_cycles(timeout, clock_hz):
     """Cycles of the local ACK timeout ``4.096 us * 2**timeout`` at ``clock_hz``, rounded up;
-    0 for ``timeout`` 0 (no timer)."""
+    0 for ``timeout`` 0 (no timer). (The exact length: the timers model's.)"""
     if not 0 <= int(timeout) < 32:
         raise ValueError(f"timeout = {timeout} is not a 5-bit value")
     if timeout == 0:
         return 0
-    return _ceil_cycles(Fraction(4096 << int(timeout), 10**9), clock_hz)
+    return math.ceil(ack_timeout_cycles_exact(int(timeout), clock_hz))
 
 
 def rnr_wait_cycles(code, clock_hz):
     """Cycles of the RNR wait of RNR NAK timer ``code`` (:data:`roce_hw.proto.RNR_TIMER_US`) at
-    ``clock_hz``, rounded up (never short)."""
+    ``clock_hz``, rounded up (never short). (The exact length: the timers model's.)"""
     if not 0 <= int(code) < 32:
         raise ValueError(f"RNR timer code {code} is not a 5-bit value")
-    return _ceil_cycles(Fraction(proto.RNR_TIMER_US[int(code)], 10**6), clock_hz)
+    return math.ceil(rnr_wait_cycles_exact(int(code), clock_hz))
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,15 @@ _K = proto.TimerKind
 
 
 def ack_timeout_cycles_exact(timeout, clock_hz):
-    """The local ACK timeout ``4.096 us * 2**timeout`` in cycles (a ``Fraction``)."""
-    return Fraction(proto.TIMER_TICK_NS * clock_hz << timeout, 10**9)
+    """The local ACK timeout ``4.096 us * 2**timeout`` in cycles (a ``Fraction``; ``clock_hz``
+    an int, float or ``Fraction``)."""
+    return Fraction(proto.TIMER_TICK_NS << timeout, 10**9) * Fraction(clock_hz)
 
 
 def rnr_wait_cycles_exact(code, clock_hz):
-    """The RNR wait of timer ``code`` in cycles (a ``Fraction``)."""
-    return Fraction(proto.RNR_TIMER_US[code] * clock_hz, 10**6)
+    """The RNR wait of timer ``code`` in cycles (a ``Fraction``; ``clock_hz`` an int, float or
+    ``Fraction``)."""
+    return Fraction(proto.RNR_TIMER_US[code], 10**6) * Fraction(clock_hz)
 
 
 class TimerError(AssertionError):
